@@ -1,0 +1,14 @@
+# Debian-packaged dependencies (installed by scripts/install-deps.sh); docs/dependencies.md says why each.
+find_package(Threads REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)   # nlohmann-json3-dev
+find_package(CLI11 2.1 REQUIRED)            # libcli11-dev
+find_package(fmt 9 REQUIRED)                # libfmt-dev
+set(BLA_VENDOR OpenBLAS)
+find_package(BLAS REQUIRED)                 # libopenblas-dev
+find_package(LAPACK REQUIRED)
+if(LITHE_TESTS)
+  find_package(GTest REQUIRED)              # libgtest-dev
+endif()
+if(LITHE_BENCH)
+  find_package(benchmark REQUIRED)          # libbenchmark-dev
+endif()

@@ -1,0 +1,68 @@
+// Tensor: a typed, shaped, strided view into a shared Buffer on one device.
+// Shapes are row-major, outermost dimension first (numpy order; GGUF's innermost-first dims are
+// reversed by the reader). Strides are in bytes. Block dtypes (q4_0, q4_k, ...) pack whole rows:
+// the last dimension is a multiple of the block size, contiguous, and its stride is reported as 0.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lithe/core/buffer.h"
+#include "lithe/core/dtype.h"
+
+namespace lithe {
+
+using Shape = std::vector<int64_t>;
+std::string shape_str(const Shape& s);  // "[576, 1536]"
+
+class Tensor {
+ public:
+  Tensor() = default;
+
+  // A new zeroed contiguous tensor.
+  static Result<Tensor> empty(DType dtype, Shape shape, Device device = Device::cpu);
+  // A contiguous view of `buffer` at byte `offset`; checks that it fits and the row is whole blocks.
+  static Result<Tensor> view(BufferPtr buffer, size_t offset, DType dtype, Shape shape);
+
+  bool defined() const { return buffer_ != nullptr; }
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  const std::vector<int64_t>& strides() const { return strides_; }
+  int ndim() const { return static_cast<int>(shape_.size()); }
+  int64_t dim(int i) const;  // negative i counts from the end
+  int64_t numel() const;
+  size_t nbytes() const;  // bytes spanned by a contiguous tensor of this shape
+  bool is_contiguous() const;
+  Device device() const { return buffer_ ? buffer_->device() : Device::cpu; }
+  const BufferPtr& buffer() const { return buffer_; }
+  size_t offset() const { return offset_; }
+
+  void* data();
+  const void* data() const;
+  template <typename T> T* data_as() { return static_cast<T*>(data()); }
+  template <typename T> const T* data_as() const { return static_cast<const T*>(data()); }
+
+  // Same bytes, new shape (contiguous tensors only; numel must match).
+  Result<Tensor> reshape(Shape shape) const;
+  // Rows [begin, end) of dimension 0 (a view; no copy).
+  Result<Tensor> slice_rows(int64_t begin, int64_t end) const;
+  // A contiguous copy on `device`.
+  Result<Tensor> to(Device device) const;
+
+  std::string describe() const;  // "q4_1 [576, 1536] cpu"
+
+ private:
+  BufferPtr buffer_;
+  size_t offset_ = 0;
+  DType dtype_ = DType::f32;
+  Shape shape_;
+  std::vector<int64_t> strides_;
+};
+
+// Contiguous byte strides for a shape (last stride 0 for block dtypes).
+std::vector<int64_t> contiguous_strides(DType dtype, const Shape& shape);
+// Number of elements, or an error when a dimension is negative or the product overflows.
+Result<int64_t> checked_numel(const Shape& shape);
+
+}  // namespace lithe

@@ -1,0 +1,47 @@
+// A fixed pool of worker threads with a blocking parallel_for. One global pool serves the whole
+// process (sized by set_num_threads / LITHE_THREADS, default: hardware threads); kernels split
+// work into contiguous ranges so each thread touches its own rows.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace lithe {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }  // workers + the caller
+
+  // Calls fn(begin, end) on disjoint chunks covering [0, n), at least `grain` items each;
+  // the calling thread takes part. Blocks until all chunks are done. Not re-entrant.
+  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+  // Calls fn(thread_index) once on each of the size() threads.
+  void run_on_all(const std::function<void(int)>& fn);
+
+ private:
+  void worker_loop(int index);
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable start_cv_, done_cv_;
+  std::function<void(int)> job_;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+};
+
+// The process-wide pool.
+ThreadPool& global_pool();
+// Resizes the global pool (n <= 0: hardware threads). Call before any parallel work starts.
+void set_num_threads(int n);
+
+}  // namespace lithe

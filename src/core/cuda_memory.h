@@ -1,0 +1,13 @@
+// Internal seam between core buffers and the CUDA runtime. Implemented by cuda_memory.cpp when
+// built with CUDA and by cuda_memory_stub.cpp otherwise, so core code has no #ifdefs.
+#pragma once
+
+#include "lithe/core/buffer.h"
+
+namespace lithe::cuda_detail {
+
+int device_count();  // 0 without CUDA or without a device
+Result<BufferPtr> alloc_device(size_t bytes);
+Status copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t n);
+
+}  // namespace lithe::cuda_detail

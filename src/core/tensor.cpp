@@ -1,0 +1,141 @@
+#include "lithe/core/tensor.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <limits>
+
+namespace lithe {
+
+std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+Result<int64_t> checked_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return error(StatusCode::invalid_argument, "negative dimension in shape {}", shape_str(shape));
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d)
+      return error(StatusCode::invalid_argument, "shape {} has too many elements", shape_str(shape));
+    n *= d;
+  }
+  return n;
+}
+
+std::vector<int64_t> contiguous_strides(DType dtype, const Shape& shape) {
+  const auto& tr = dtype_traits(dtype);
+  std::vector<int64_t> st(shape.size());
+  if (shape.empty()) return st;
+  const size_t last = shape.size() - 1;
+  int64_t acc = elems_to_bytes(dtype, shape[last] - shape[last] % tr.block_elems);
+  st[last] = tr.is_block ? 0 : tr.block_bytes;
+  for (size_t i = last; i-- > 0;) {
+    st[i] = acc;
+    acc *= shape[i];
+  }
+  return st;
+}
+
+namespace {
+
+Status check_shape(DType dtype, const Shape& shape) {
+  LITHE_ASSIGN(int64_t n, checked_numel(shape));
+  (void)n;
+  const auto& tr = dtype_traits(dtype);
+  if (tr.is_block && (shape.empty() || shape.back() % tr.block_elems != 0))
+    return error(StatusCode::invalid_argument,
+                 "shape {} does not fit {} blocks: the last dimension must be a multiple of {}",
+                 shape_str(shape), tr.name, tr.block_elems);
+  return Status::ok();
+}
+
+size_t span_bytes(DType dtype, const Shape& shape) {
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
+  const int64_t last = shape.empty() ? 1 : shape.back();
+  return static_cast<size_t>(rows) * static_cast<size_t>(elems_to_bytes(dtype, last));
+}
+
+}  // namespace
+
+Result<Tensor> Tensor::empty(DType dtype, Shape shape, Device device) {
+  LITHE_TRY(check_shape(dtype, shape));
+  const size_t bytes = span_bytes(dtype, shape);
+  LITHE_ASSIGN(BufferPtr buf, device == Device::cpu ? alloc_host(bytes) : alloc_device(bytes));
+  return view(std::move(buf), 0, dtype, std::move(shape));
+}
+
+Result<Tensor> Tensor::view(BufferPtr buffer, size_t offset, DType dtype, Shape shape) {
+  LITHE_TRY(check_shape(dtype, shape));
+  const size_t bytes = span_bytes(dtype, shape);
+  if (offset > buffer->size() || bytes > buffer->size() - offset)
+    return error(StatusCode::invalid_argument,
+                 "a {} {} tensor needs {} bytes at offset {} but the buffer holds {}",
+                 dtype_name(dtype), shape_str(shape), bytes, offset, buffer->size());
+  Tensor t;
+  t.buffer_ = std::move(buffer);
+  t.offset_ = offset;
+  t.dtype_ = dtype;
+  t.strides_ = contiguous_strides(dtype, shape);
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+int64_t Tensor::dim(int i) const {
+  const int n = ndim();
+  if (i < 0) i += n;
+  LITHE_CHECK_MSG(i >= 0 && i < n, "dim {} of a {}-d tensor", i, n);
+  return shape_[static_cast<size_t>(i)];
+}
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape_) n *= d;
+  return n;
+}
+
+size_t Tensor::nbytes() const { return span_bytes(dtype_, shape_); }
+
+bool Tensor::is_contiguous() const { return strides_ == contiguous_strides(dtype_, shape_); }
+
+void* Tensor::data() {
+  LITHE_CHECK(buffer_ != nullptr);
+  return static_cast<uint8_t*>(buffer_->data()) + offset_;
+}
+
+const void* Tensor::data() const {
+  LITHE_CHECK(buffer_ != nullptr);
+  return static_cast<const uint8_t*>(buffer_->data()) + offset_;
+}
+
+Result<Tensor> Tensor::reshape(Shape shape) const {
+  if (!is_contiguous())
+    return error(StatusCode::invalid_argument, "cannot reshape the non-contiguous tensor {}", describe());
+  LITHE_ASSIGN(int64_t n, checked_numel(shape));
+  if (n != numel())
+    return error(StatusCode::invalid_argument, "cannot reshape {} ({} elements) to {}", describe(), numel(),
+                 shape_str(shape));
+  return view(buffer_, offset_, dtype_, std::move(shape));
+}
+
+Result<Tensor> Tensor::slice_rows(int64_t begin, int64_t end) const {
+  if (ndim() == 0 || begin < 0 || end < begin || end > shape_[0])
+    return error(StatusCode::invalid_argument, "rows [{}, {}) out of range for {}", begin, end, describe());
+  Tensor t = *this;
+  t.offset_ += static_cast<size_t>(begin * strides_[0]);
+  t.shape_[0] = end - begin;
+  if (ndim() == 1) t.offset_ = offset_ + static_cast<size_t>(elems_to_bytes(dtype_, begin));
+  return t;
+}
+
+Result<Tensor> Tensor::to(Device device) const {
+  if (!is_contiguous())
+    return error(StatusCode::unsupported, "copying the non-contiguous tensor {} is not supported", describe());
+  LITHE_ASSIGN(Tensor out, empty(dtype_, shape_, device));
+  LITHE_TRY(copy_bytes(*out.buffer_, out.offset_, *buffer_, offset_, nbytes()));
+  return out;
+}
+
+std::string Tensor::describe() const {
+  return fmt::format("{} {} {}", dtype_name(dtype_), shape_str(shape_), device_name(device()));
+}
+
+}  // namespace lithe

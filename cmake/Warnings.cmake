@@ -2,7 +2,7 @@
 add_library(lithe_options INTERFACE)
 target_compile_options(lithe_options INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wcast-align
-   -Woverloaded-virtual -Wnull-dereference -Wimplicit-fallthrough>)
+   -Woverloaded-virtual -Wimplicit-fallthrough>)
 if(LITHE_WERROR)
   target_compile_options(lithe_options INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
 endif()

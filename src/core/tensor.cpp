@@ -119,6 +119,10 @@ Result<Tensor> Tensor::reshape(Shape shape) const {
 Result<Tensor> Tensor::slice_rows(int64_t begin, int64_t end) const {
   if (ndim() == 0 || begin < 0 || end < begin || end > shape_[0])
     return error(StatusCode::invalid_argument, "rows [{}, {}) out of range for {}", begin, end, describe());
+  const int64_t block = dtype_traits(dtype_).block_elems;
+  if (ndim() == 1 && (begin % block != 0 || end % block != 0))
+    return error(StatusCode::invalid_argument, "elements [{}, {}) of {} do not start and end on {}-element blocks",
+                 begin, end, describe(), block);
   Tensor t = *this;
   t.offset_ += static_cast<size_t>(begin * strides_[0]);
   t.shape_[0] = end - begin;

@@ -6,6 +6,10 @@
 
 namespace lithe {
 
+namespace {
+thread_local bool t_inside_pool_job = false;  // set while a thread runs a pool job
+}  // namespace
+
 ThreadPool::ThreadPool(int num_threads) {
   const int n = std::max(1, num_threads);
   for (int i = 1; i < n; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
@@ -31,7 +35,9 @@ void ThreadPool::worker_loop(int index) {
       seen = generation_;
       job = job_;
     }
+    t_inside_pool_job = true;
     job(index);
+    t_inside_pool_job = false;
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (--pending_ == 0) done_cv_.notify_one();
@@ -40,10 +46,17 @@ void ThreadPool::worker_loop(int index) {
 }
 
 void ThreadPool::run_on_all(const std::function<void(int)>& fn) {
-  if (workers_.empty()) {
-    fn(0);
+  // A nested call from inside a job, or a pool of one, runs every index on this thread.
+  if (workers_.empty() || t_inside_pool_job) {
+    for (int i = 0; i < size(); ++i) fn(i);
     return;
   }
+  // Concurrent callers (e.g. server request threads) take turns: one job in flight at a time.
+  std::lock_guard<std::mutex> caller_lock(call_mu_);
+  struct InsideJob {
+    InsideJob() { t_inside_pool_job = true; }
+    ~InsideJob() { t_inside_pool_job = false; }
+  };
   {
     std::lock_guard<std::mutex> lk(mu_);
     job_ = fn;
@@ -51,7 +64,10 @@ void ThreadPool::run_on_all(const std::function<void(int)>& fn) {
     ++generation_;
   }
   start_cv_.notify_all();
-  fn(0);
+  {
+    InsideJob inside;
+    fn(0);
+  }
   std::unique_lock<std::mutex> lk(mu_);
   done_cv_.wait(lk, [&] { return pending_ == 0; });
 }
@@ -74,6 +90,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
 }
 
 namespace {
+std::mutex g_pool_mu;
 std::unique_ptr<ThreadPool>& pool_slot() {
   static std::unique_ptr<ThreadPool> pool;
   return pool;
@@ -88,11 +105,15 @@ int default_threads() {
 }  // namespace
 
 ThreadPool& global_pool() {
+  std::lock_guard<std::mutex> lk(g_pool_mu);
   auto& p = pool_slot();
   if (!p) p = std::make_unique<ThreadPool>(default_threads());
   return *p;
 }
 
-void set_num_threads(int n) { pool_slot() = std::make_unique<ThreadPool>(n > 0 ? n : default_threads()); }
+void set_num_threads(int n) {
+  std::lock_guard<std::mutex> lk(g_pool_mu);
+  pool_slot() = std::make_unique<ThreadPool>(n > 0 ? n : default_threads());
+}
 
 }  // namespace lithe

@@ -22,7 +22,8 @@ class ThreadPool {
   int size() const { return static_cast<int>(workers_.size()) + 1; }  // workers + the caller
 
   // Calls fn(begin, end) on disjoint chunks covering [0, n), at least `grain` items each;
-  // the calling thread takes part. Blocks until all chunks are done. Not re-entrant.
+  // the calling thread takes part. Blocks until all chunks are done. Thread-safe: concurrent
+  // callers take turns; a call from inside a job runs its chunks inline on that thread.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
   // Calls fn(thread_index) once on each of the size() threads.
   void run_on_all(const std::function<void(int)>& fn);
@@ -31,6 +32,7 @@ class ThreadPool {
   void worker_loop(int index);
 
   std::vector<std::thread> workers_;
+  std::mutex call_mu_;  // serialises concurrent callers
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;
   std::function<void(int)> job_;
@@ -41,7 +43,8 @@ class ThreadPool {
 
 // The process-wide pool.
 ThreadPool& global_pool();
-// Resizes the global pool (n <= 0: hardware threads). Call before any parallel work starts.
+// Resizes the global pool (n <= 0: hardware threads). Call before any parallel work starts:
+// a reference from an earlier global_pool() call dangles afterwards.
 void set_num_threads(int n);
 
 }  // namespace lithe

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -155,6 +156,7 @@ class Writer {
     Shape shape;
     std::span<const uint8_t> data;
   };
+  Status emit(const std::function<Status(const void*, size_t)>& sink) const;
   uint64_t alignment_;
   std::vector<std::pair<std::string, Value>> kv_;
   std::vector<Pending> tensors_;

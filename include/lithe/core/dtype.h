@@ -37,9 +37,11 @@ int64_t elems_to_bytes(DType t, int64_t n);
 
 }  // namespace lithe
 
+#ifndef __CUDACC__
 template <>
 struct fmt::formatter<lithe::DType> : fmt::formatter<std::string_view> {
   auto format(lithe::DType t, fmt::format_context& ctx) const {
     return fmt::formatter<std::string_view>::format(lithe::dtype_name(t), ctx);
   }
 };
+#endif

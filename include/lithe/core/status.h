@@ -3,7 +3,11 @@
 // Broken internal invariants use LITHE_CHECK (abort with file and line) instead.
 #pragma once
 
+// fmt's compile-time format checks do not survive nvcc, so .cu files see Status without the
+// fmt-based helpers (they build messages with std::string); everything else gets both.
+#ifndef __CUDACC__
 #include <fmt/format.h>
+#endif
 
 #include <cstdlib>
 #include <optional>
@@ -47,11 +51,13 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
+#ifndef __CUDACC__
 // Formatting helpers: error(StatusCode::not_found, "tensor '{}' not in {}", name, path).
 template <typename... Args>
 Status error(StatusCode code, fmt::format_string<Args...> f, Args&&... args) {
   return Status(code, fmt::format(f, std::forward<Args>(args)...));
 }
+#endif
 
 // Result<T>: a value or a non-ok Status (std::expected is C++23).
 template <typename T>

@@ -8,7 +8,8 @@ namespace {
 
 Status check(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return Status::ok();
-  return error(StatusCode::io_error, "{} failed: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e));
+  return Status(StatusCode::io_error,
+                std::string(what) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
 }
 
 // One thread per element, grid-stride so any size works with a bounded grid.
@@ -40,8 +41,8 @@ Result<DeviceInfo> device_info(int device) {
 Status affine_f32(const Tensor& x, float a, float b, Tensor& out) {
   if (x.device() != Device::cuda || out.device() != Device::cuda || x.dtype() != DType::f32 ||
       out.dtype() != DType::f32 || x.shape() != out.shape() || !x.is_contiguous() || !out.is_contiguous())
-    return error(StatusCode::invalid_argument, "affine_f32 needs two contiguous f32 cuda tensors of one shape, got {} and {}",
-                 x.describe(), out.describe());
+    return Status(StatusCode::invalid_argument, "affine_f32 needs two contiguous f32 cuda tensors of one shape, got " +
+                                                    x.describe() + " and " + out.describe());
   const long n = x.numel();
   if (n == 0) return Status::ok();
   const int threads = 256;

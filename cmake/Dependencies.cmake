@@ -4,8 +4,8 @@ find_package(nlohmann_json 3.10 REQUIRED)   # nlohmann-json3-dev
 find_package(CLI11 2.1 REQUIRED)            # libcli11-dev
 find_package(fmt 9 REQUIRED)                # libfmt-dev
 set(BLA_VENDOR OpenBLAS)
-find_package(BLAS REQUIRED)                 # libopenblas-dev
-find_package(LAPACK REQUIRED)
+find_package(BLAS)                          # libopenblas-dev (the solvers need it; others do not)
+find_package(LAPACK)
 if(LITHE_TESTS)
   find_package(GTest REQUIRED)              # libgtest-dev
 endif()

@@ -71,11 +71,13 @@ void Progress::finish(const std::string& note) {
   if (finished_) return;
   finished_ = true;
   if (!note.empty()) note_ = note;
+  if (!tty_ && last_drawn_done_ == done_ && note.empty()) return;  // the log already has this line
   draw(true);
 }
 
 void Progress::draw(bool final_line) {
   last_draw_ = std::chrono::steady_clock::now();
+  last_drawn_done_ = done_;
   const double elapsed = std::chrono::duration<double>(last_draw_ - start_).count();
   const std::string line = render(label_, done_, total_, elapsed, note_, tty_);
   if (tty_)

@@ -10,14 +10,21 @@ namespace lithe {
 std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
 
 Result<int64_t> checked_numel(const Shape& shape) {
+  // The product of the non-zero dimensions must fit too: strides multiply them even when another
+  // dimension is 0 (a hostile file's [0, 2^40, 2^40] must be refused, not overflow).
   int64_t n = 1;
+  bool any_zero = false;
   for (int64_t d : shape) {
     if (d < 0) return error(StatusCode::invalid_argument, "negative dimension in shape {}", shape_str(shape));
-    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d)
+    if (d == 0) {
+      any_zero = true;
+      continue;
+    }
+    if (n > std::numeric_limits<int64_t>::max() / 8 / d)
       return error(StatusCode::invalid_argument, "shape {} has too many elements", shape_str(shape));
     n *= d;
   }
-  return n;
+  return any_zero ? 0 : n;
 }
 
 std::vector<int64_t> contiguous_strides(DType dtype, const Shape& shape) {

@@ -27,6 +27,11 @@ Status check_dtype(DType d) {
 struct StagingDir {
   fs::path out, tmp;
   bool done = false;
+  StagingDir() = default;
+  StagingDir(StagingDir&& o) noexcept : out(std::move(o.out)), tmp(std::move(o.tmp)), done(o.done) {
+    o.done = true;  // the moved-from object no longer owns the directory
+  }
+  StagingDir& operator=(StagingDir&&) = delete;
   ~StagingDir() {
     std::error_code ec;
     if (!done) fs::remove_all(tmp, ec);
@@ -42,8 +47,9 @@ Result<StagingDir> make_staging(const std::string& out_dir, bool force) {
                  out_dir);
   fs::path parent = s.out.parent_path();
   if (parent.empty()) parent = ".";
+  fs::create_directories(parent, ec);
   if (!fs::is_directory(parent, ec))
-    return error(StatusCode::not_found, "parent directory '{}' of the output does not exist", parent.string());
+    return error(StatusCode::io_error, "cannot create the output's parent directory '{}'", parent.string());
   s.tmp = parent / fmt::format(".{}.tmp-{}", s.out.filename().string(), static_cast<long>(getpid()));
   fs::remove_all(s.tmp, ec);
   if (!fs::create_directory(s.tmp, ec))

@@ -34,9 +34,14 @@ def main():
     ref = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, torch_dtype=torch.float32).eval()
     ours = AutoModelForCausalLM.from_pretrained(a.exported_dir, torch_dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    exported_tok = AutoTokenizer.from_pretrained(a.exported_dir)
     worst = 0.0
     for p in PROMPTS:
         ids = tok(p, return_tensors="pt").input_ids
+        same_ids = exported_tok(p, return_tensors="pt").input_ids.tolist() == ids.tolist()
+        print(f"exported tokenizer gives the same ids: {same_ids}")
+        if not same_ids:
+            return 1
         with torch.no_grad():
             lr = ref(ids).logits[0]
             lo = ours(ids).logits[0]

@@ -75,6 +75,9 @@ TEST(Tensor, ViewsShapesAndErrors) {
   EXPECT_EQ(v->slice_rows(32, 64)->offset(), 34u);
   EXPECT_FALSE(v->slice_rows(5, 64).is_ok());  // not on a block boundary: an error, not an abort
   EXPECT_FALSE(Tensor::empty(DType::f32, {1 << 30, 1 << 30, 1 << 30}).is_ok());
+  // Found by fuzz_gguf: a zero dimension must not hide an overflowing product of the others.
+  EXPECT_FALSE(Tensor::view(*alloc_host(64), 0, DType::f32, {0, int64_t{1} << 40, int64_t{1} << 40}).is_ok());
+  EXPECT_TRUE(Tensor::view(*alloc_host(64), 0, DType::f32, {0, 1 << 20}).is_ok());
   auto buf = alloc_host(10);
   EXPECT_FALSE(Tensor::view(*buf, 4, DType::f32, {2}).is_ok());
   EXPECT_TRUE(Tensor::view(*buf, 2, DType::f32, {2}).is_ok());

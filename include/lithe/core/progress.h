@@ -36,6 +36,7 @@ class Progress {
   bool tty_;
   bool finished_ = false;
   int last_decile_ = -1;
+  int64_t last_drawn_done_ = -1;
   std::chrono::steady_clock::time_point start_, last_draw_;
 };
 

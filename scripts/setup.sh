@@ -9,6 +9,7 @@ echo "== building (preset release; CUDA when nvcc is found)"
 cmake --preset release >/dev/null
 cmake --build --preset release
 bash scripts/fetch-model.sh
+bash scripts/make-data.sh
 
 echo "== main job: lithe inspect"
 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf

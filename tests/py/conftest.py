@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LITHE = ROOT / "build" / "bin" / "lithe"
+LITHE = Path(os.environ.get("LITHE_BIN", ROOT / "build" / "bin" / "lithe"))
 DEFAULT_MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 

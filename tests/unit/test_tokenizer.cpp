@@ -3,6 +3,8 @@
 // metadata), tokenizer.json errors and the pre-tokenizer split rules.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -203,7 +205,8 @@ TEST(Tokenizer, StreamEqualsDecodeOnMultibyteText) {
 
 TEST(Tokenizer, SotuRoundTripAndStreaming) {
   const std::string dir = tok_test::sotu_dir();
-  if (dir.empty()) GTEST_SKIP() << "SOTU corpus not found: set LITHE_SOTU_DIR or put it at data/corpora/sotu";
+  if (dir.empty() && std::getenv("CI") != nullptr) FAIL() << "SOTU corpus missing: run scripts/make-data.sh";
+  if (dir.empty()) GTEST_SKIP() << "SOTU corpus not found: run scripts/make-data.sh or set LITHE_SOTU_DIR";
   std::unique_ptr<Tokenizer> t;
   if (const std::string model = tok_test::default_model_path(); !model.empty()) {
     auto file = gguf::File::open(model);

@@ -33,12 +33,12 @@ inline std::string default_model_path() {
   return fs::exists(p) ? p.string() : std::string();
 }
 
-// The SOTU corpus directory: $LITHE_SOTU_DIR, else data/corpora/sotu of the checkout, else
-// ../shared/data/corpora/sotu beside it. Empty when absent.
+// The SOTU corpus directory: $LITHE_SOTU_DIR, else data/sotu of the checkout (extracted by
+// scripts/make-data.sh), else ../shared/data/corpora/sotu beside it. Empty when absent.
 inline std::string sotu_dir() {
   namespace fs = std::filesystem;
   if (const char* env = std::getenv("LITHE_SOTU_DIR"); env != nullptr && fs::is_directory(env)) return env;
-  for (const fs::path& p : {fs::path(LITHE_SOURCE_DIR) / "data" / "corpora" / "sotu",
+  for (const fs::path& p : {fs::path(LITHE_SOURCE_DIR) / "data" / "sotu",
                            fs::path(LITHE_SOURCE_DIR) / ".." / "shared" / "data" / "corpora" / "sotu"}) {
     if (fs::is_directory(p)) return p.string();
   }

@@ -98,6 +98,9 @@ Result<HfExportReport> export_hf(const ModelFile& model, const HfExportOptions& 
   const gguf::File* g = model.gguf();
   bool permute = false;
   if (g != nullptr) {
+    if (g->find_tensor("rope_freqs.weight") != nullptr)
+      return error(StatusCode::unsupported, "'{}': exporting llama3 rope frequency factors (rope_freqs.weight) as a "
+                   "config.json rope_scaling is not supported yet", g->path());
     LITHE_ASSIGN(cfg, llama_config_from_gguf(*g));
     permute = arch_permutes_qk(g->get_string_or("general.architecture", ""));
   } else if (!model.config().is_null()) {
@@ -120,7 +123,6 @@ Result<HfExportReport> export_hf(const ModelFile& model, const HfExportOptions& 
     std::string hf_name = ti.name;
     RopePermute perm = RopePermute::none;
     if (g != nullptr) {
-      if (ti.name == "rope_freqs.weight") continue;
       LITHE_ASSIGN(HfName n, gguf_to_hf_name(ti.name, permute));
       hf_name = n.name;
       perm = n.permute;

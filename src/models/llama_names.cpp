@@ -137,9 +137,6 @@ Result<HfLlamaConfig> llama_config_from_gguf(const gguf::File& f) {
   } else if (scaling != "none") {
     return error(StatusCode::unsupported, "'{}': rope scaling '{}' is not supported", f.path(), scaling);
   }
-  if (f.find_tensor("rope_freqs.weight") != nullptr)
-    return error(StatusCode::unsupported, "'{}': llama3 rope frequency factors (rope_freqs.weight) are not exported yet",
-                 f.path());
   const gguf::TensorInfo* embd = f.find_tensor("token_embd.weight");
   if (embd == nullptr) return error(StatusCode::not_found, "'{}' has no tensor 'token_embd.weight'", f.path());
   c.vocab_size = f.get_int_or(key("vocab_size"), embd->shape.at(0));

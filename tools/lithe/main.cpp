@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   using namespace lithe;
   CLI::App app{"lithe: compress large language models after training and run them fast"};
   app.require_subcommand(1);
+  app.fallthrough();  // global options (--threads, --log) may also follow the subcommand
   app.set_version_flag("--version", "lithe 0.1.0");
   std::string log_level;
   int threads = 0;

@@ -3,6 +3,7 @@
 // work into contiguous ranges so each thread touches its own rows.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -33,11 +34,13 @@ class ThreadPool {
 
   std::vector<std::thread> workers_;
   std::mutex call_mu_;  // serialises concurrent callers
-  std::mutex mu_;
+  std::mutex mu_;       // guards sleeping and stop_
   std::condition_variable start_cv_, done_cv_;
-  std::function<void(int)> job_;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
+  const std::function<void(int)>* job_ = nullptr;  // the caller's job, alive until pending_ is 0
+  std::atomic<uint64_t> gen_{0};                   // bumped per job; workers spin on it, then sleep
+  std::atomic<int> pending_{0};                    // workers still running the current job
+  std::atomic<int> sleepers_{0};                   // workers blocked on start_cv_
+  std::atomic<bool> caller_waiting_{false};        // the caller blocked on done_cv_
   bool stop_ = false;
 };
 

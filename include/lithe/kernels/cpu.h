@@ -1,0 +1,99 @@
+// CPU kernels: every op the Llama-family forward pass needs, with a scalar reference
+// (kernels/ref, the oracle and the fallback) and SIMD versions (AVX2/FMA/F16C, AVX-512 F/BW/VL/DQ
+// with VNNI) chosen once at run time. Multithreaded through lithe::global_pool().
+//
+// Layouts: row-major, outermost first. Weights are [n_out, n_in] (one row per output feature,
+// GGUF/HF order) in any dtype that linear_supports(); activations are f32.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "lithe/core/tensor.h"
+
+namespace lithe::cpu {
+
+// scalar: plain C++ (the reference kernels, threaded); avx2: AVX2 + FMA + F16C;
+// avx512: AVX-512 F/BW/VL/DQ + VNNI (OS support of the ZMM state checked through xgetbv).
+enum class Isa { scalar, avx2, avx512 };
+std::string_view isa_name(Isa isa);
+std::optional<Isa> isa_from_name(std::string_view name);  // "scalar" | "avx2" | "avx512"
+Isa detected_isa();           // best the CPU supports (cpuid)
+Isa active_isa();             // what the kernels use: detected, or LITHE_ISA=scalar|avx2|avx512, or force_isa
+void force_isa(Isa isa);      // tests and benchmarks (clamped to detected_isa())
+
+// Work splitting over global_pool(): an op is split over the pool's threads when its estimated
+// serial time exceeds a few pool round trips (measured once per pool: a wake-up costs ~1 us with
+// spinning workers, tens of us with sleeping ones). force_split(true / false) splits always /
+// never (tests, benchmarks); force_split(std::nullopt) restores the default.
+void force_split(std::optional<bool> always);
+
+// ---- linear -------------------------------------------------------------------------------------
+// Y[m, n_out] = X[m, n_in] · W[n_out, n_in]^T. W: f32, f16, bf16, q4_0, q4_1, q8_0, q4_k, q6_k
+// (host, contiguous, 2-D; n_in a multiple of the block size). For block dtypes the activations are
+// quantized to 8 bits on the fly (as llama.cpp does) and dot products run in integers:
+//   q4_0, q4_1, q8_0: one f32 scale per 32 activations (symmetric, d = absmax / 127);
+//   q4_k, q6_k:       one f32 scale per 256 activations (q8_K-like);
+// quants are round-to-nearest-even of x / d clamped to [-127, 127]. f32/f16/bf16 weights use f32
+// math on the exactly converted weights. m == 1 is the decode (matrix-vector) path; m > 1 the
+// prefill (matrix-matrix) path. x and y must not overlap.
+bool linear_supports(DType w);
+Status linear(const Tensor& w, const float* x, int64_t m, float* y);
+
+// ---- element-wise and row ops (all in f32) ---------------------------------------------------
+// y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, for m rows of n. y may alias x.
+void rmsnorm(const float* x, const float* weight, float eps, int64_t m, int64_t n, float* y);
+// gate[i] = silu(gate[i]) * up[i]
+void silu_mul(float* gate, const float* up, int64_t n);
+// y[i] += x[i]
+void add_inplace(float* y, const float* x, int64_t n);
+
+// Rotary position embedding on x[n_tokens][n_heads][head_dim], token t at position pos[t].
+// interleaved: pairs (2i, 2i+1) (GGUF "llama" weights); half: pairs (i, i + rot_dim/2) (HF layout,
+// qwen2). Pair i turns by the angle pos * inv_freq[i], computed in double so that long positions
+// stay accurate. inv_freq[i] = 1 / theta^(2i/rot_dim) after scaling; rot_dim <= head_dim, even;
+// dimensions from rot_dim on are left as they are.
+enum class RopeStyle { interleaved, half };
+struct RopeTable {
+  int64_t rot_dim = 0;
+  std::vector<float> inv_freq;  // rot_dim / 2 entries
+};
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* pos, const RopeTable& table,
+          RopeStyle style);
+
+// ---- attention ----------------------------------------------------------------------------------
+// Causal multi-head attention with grouped KV heads for one sequence.
+// q:   [n_q][n_heads][head_dim] f32; query t sits at position q_pos[t] and attends to cache slots
+//      whose position is <= q_pos[t] (slot s holds position kv_pos[s]; positions need not be sorted).
+// k,v: [n_kv][n_kv_heads][head_dim] in kv_dtype (f32 or f16), rows `kv_row_stride` elements apart.
+// out: [n_q][n_heads][head_dim] f32.  scale usually 1/sqrt(head_dim).
+// Query head h reads KV head h / (n_heads / n_kv_heads). A query that sees no slot gets zeros.
+// Limits: head_dim <= 512; n_heads a multiple of n_kv_heads. Softmax is computed online (one pass
+// over the slots, running max and sum), threaded over heads and blocks of queries.
+struct AttentionArgs {
+  const float* q;
+  int64_t n_q;
+  const int32_t* q_pos;
+  const void* k;
+  const void* v;
+  DType kv_dtype;
+  int64_t n_kv;
+  const int32_t* kv_pos;
+  int64_t kv_row_stride;  // elements between consecutive cache slots (>= n_kv_heads * head_dim)
+  int64_t n_heads, n_kv_heads, head_dim;
+  float scale;
+  float* out;
+};
+Status attention(const AttentionArgs& a);
+
+// ---- reference (scalar, single thread) ---------------------------------------------------------
+// The same math as above with the same 8-bit activation quantization, in plain loops: the oracle
+// the SIMD kernels are tested against (integer sums are exact; only f32 summation order differs).
+namespace ref {
+Status linear(const Tensor& w, const float* x, int64_t m, float* y);
+Status attention(const AttentionArgs& a);
+}  // namespace ref
+
+}  // namespace lithe::cpu

@@ -1,0 +1,59 @@
+// The backend seam: model code calls these ops on activation tensors that live on the backend's
+// device, and never includes device headers. The CPU backend wraps kernels/cpu; the CUDA backend
+// (a later issue) implements the same interface and passes the same op tests.
+//
+// Shapes: activations are f32 row-major [rows, features]; weights are [n_out, n_in] in any dtype
+// the backend's linear supports (supports_weight); ids/positions are host arrays.
+#pragma once
+
+#include <memory>
+
+#include "lithe/core/tensor.h"
+#include "lithe/kernels/cpu.h"
+
+namespace lithe {
+
+class KvCache;
+
+struct AttentionShape {
+  int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  float scale = 0;  // usually 1/sqrt(head_dim)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string_view name() const = 0;
+
+  // Activation buffers on this backend's device.
+  virtual Result<Tensor> alloc(DType dtype, const Shape& shape) = 0;
+  // Weights as the backend wants them (CPU: the host view itself, no copy). Fails with a
+  // message naming the dtype when the backend cannot run it.
+  virtual bool supports_weight(DType dtype) const = 0;
+  virtual Result<Tensor> prepare_weight(const Tensor& host_weight) = 0;
+
+  // out[i, :] = table[ids[i], :] as f32 (table in any dequantizable dtype).
+  virtual Status embedding(const Tensor& table, const int32_t* ids, int64_t n, Tensor& out) = 0;
+  // y = x · wᵀ for x [m, n_in] -> y [m, n_out]; `m` rows of x are used (x may be larger).
+  virtual Status linear(const Tensor& w, const Tensor& x, int64_t m, Tensor& y) = 0;
+  virtual Status add_bias(Tensor& y, int64_t m, const Tensor& bias) = 0;
+  virtual Status rmsnorm(const Tensor& x, int64_t m, const Tensor& weight, float eps, Tensor& y) = 0;
+  virtual Status rope(Tensor& x, int64_t m, int64_t n_heads, int64_t head_dim, const int32_t* pos,
+                      const cpu::RopeTable& table, cpu::RopeStyle style) = 0;
+  virtual Status silu_mul(Tensor& gate, const Tensor& up, int64_t m) = 0;
+  virtual Status add(Tensor& y, const Tensor& x, int64_t m) = 0;
+  // Writes k/v rows [m, kv_dim] of `layer` into the cache slots `slots`, then attends: q
+  // [m, n_heads*head_dim] at positions q_pos over every filled slot of the cache -> out.
+  virtual Status attention(KvCache& cache, int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v,
+                           int64_t m, const int32_t* q_pos, const int64_t* slots, const AttentionShape& shape,
+                           Tensor& out) = 0;
+  // Copies `m` rows of f32 activations to host memory.
+  virtual Status to_host(const Tensor& x, int64_t m, float* dst) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+// The backend for `device`: cpu always; cuda when built with CUDA and a device is present.
+Result<std::unique_ptr<Backend>> make_backend(Device device);
+
+}  // namespace lithe

@@ -1,0 +1,111 @@
+#include "lithe/decode/generate.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace lithe {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Length of the longest suffix of `text` that is a proper prefix of some stop string: that much
+// must be held back while streaming.
+size_t stop_holdback(const std::string& text, const std::vector<std::string>& stops) {
+  size_t hold = 0;
+  for (const auto& s : stops)
+    for (size_t k = std::min(s.size() - 1, text.size()); k > hold; --k)
+      if (text.compare(text.size() - k, k, s, 0, k) == 0) {
+        hold = k;
+        break;
+      }
+  return hold;
+}
+
+}  // namespace
+
+Result<GenerateResult> generate(Model& model, KvCache& cache, std::vector<int32_t>& history,
+                                const std::vector<int32_t>& prompt, const GenerateOptions& opts,
+                                const std::function<bool(std::string_view)>& on_text) {
+  LITHE_TRY(opts.sampling.validate());
+  if (prompt.empty()) return error(StatusCode::invalid_argument, "the prompt is empty");
+  for (const auto& s : opts.stop)
+    if (s.empty()) return error(StatusCode::invalid_argument, "stop strings must not be empty");
+  if (static_cast<int64_t>(prompt.size()) >= cache.capacity())
+    return error(StatusCode::invalid_argument,
+                 "the prompt has {} tokens but the context holds {}: shorten the prompt or raise --ctx", prompt.size(),
+                 cache.capacity());
+  // Reuse the cached prefix shared with the new prompt (keep at least one token to run).
+  size_t common = 0;
+  const size_t cached = std::min(history.size(), static_cast<size_t>(cache.size()));
+  while (common < cached && common + 1 < prompt.size() && history[common] == prompt[common]) ++common;
+  cache.truncate(static_cast<int64_t>(common));
+  history.assign(prompt.begin(), prompt.end());
+
+  GenerateResult res;
+  const int32_t vocab = static_cast<int32_t>(model.config().vocab_size);
+  std::vector<float> logits;
+  const auto t0 = Clock::now();
+  for (size_t i = common; i < prompt.size(); i += static_cast<size_t>(opts.prefill_chunk)) {
+    const size_t n = std::min(prompt.size() - i, static_cast<size_t>(opts.prefill_chunk));
+    LITHE_TRY(model.forward(cache, std::span<const int32_t>(prompt.data() + i, n), false, logits));
+  }
+  res.prompt_tokens = static_cast<int64_t>(prompt.size() - common);
+  res.prompt_seconds = seconds_since(t0);
+
+  Sampler sampler(opts.sampling);
+  StreamDecoder stream(model.tokenizer());
+  std::string pending;  // decoded but not yet emitted (possible stop-string prefix)
+  bool stop_string_hit = false;
+  const auto t1 = Clock::now();
+  res.finish_reason = "length";
+  for (int64_t step = 0; step < opts.max_tokens; ++step) {
+    const int32_t id = sampler.sample(std::span<float>(logits.data(), static_cast<size_t>(vocab)), history);
+    res.tokens.push_back(id);
+    history.push_back(id);
+    if (opts.stop_at_eog && model.tokenizer().is_eog(id)) {
+      res.finish_reason = "stop";
+      break;
+    }
+    LITHE_ASSIGN(std::string piece, stream.feed(id));
+    pending += piece;
+    bool stopped = false;
+    for (const auto& s : opts.stop) {
+      const size_t at = pending.find(s);
+      if (at != std::string::npos) {
+        pending.resize(at);
+        stopped = true;
+      }
+    }
+    const size_t hold = stopped ? 0 : stop_holdback(pending, opts.stop);
+    const std::string emit = pending.substr(0, pending.size() - hold);
+    pending.erase(0, emit.size());
+    res.text += emit;
+    if (on_text && !emit.empty() && !on_text(emit)) {
+      res.finish_reason = "cancelled";
+      break;
+    }
+    if (stopped) {
+      res.finish_reason = "stop";
+      stop_string_hit = true;
+      break;
+    }
+    if (cache.size() >= cache.capacity()) {
+      res.finish_reason = "context";
+      break;
+    }
+    if (step + 1 == opts.max_tokens) break;
+    LITHE_TRY(model.forward(cache, std::span<const int32_t>(&history.back(), 1), false, logits));
+  }
+  if (!stop_string_hit) {  // emit what was held back, and any incomplete UTF-8 tail
+    pending += stream.flush();
+    res.text += pending;
+    if (on_text && !pending.empty()) on_text(pending);
+  }
+  // The last sampled token was never run through the model; keep history equal to the cache.
+  history.resize(static_cast<size_t>(cache.size()));
+  res.generate_seconds = seconds_since(t1);
+  return res;
+}
+
+}  // namespace lithe

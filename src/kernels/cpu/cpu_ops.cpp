@@ -1,0 +1,217 @@
+// Entry points of the CPU kernels (cpu.h): check arguments, pick the kernel table of the active
+// ISA, quantize activations once per call into the caller's thread-local buffer, and split the
+// work over global_pool(). Compiled for the baseline ISA; the SIMD code lives in kernels_*.cpp.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+#include "kernels/cpu/kernel_table.h"
+#include "kernels/ref/cpu_ref.h"
+#include "lithe/core/thread_pool.h"
+
+namespace lithe::cpu {
+namespace {
+
+using detail::KernelTable;
+using detail::LinearJob;
+using detail::WKind;
+
+const KernelTable& table() {
+  switch (active_isa()) {
+    case Isa::avx512: return detail::table_avx512();
+    case Isa::avx2: return detail::table_avx2();
+    case Isa::scalar: break;
+  }
+  return detail::table_scalar();
+}
+
+// A 64-byte aligned buffer that only grows: per-call scratch without per-call allocations.
+class Scratch {
+ public:
+  uint8_t* get(int64_t bytes) {
+    const auto need = static_cast<size_t>(std::max<int64_t>(bytes, 1));
+    if (need > cap_) {
+      cap_ = std::max(need, cap_ + cap_ / 2);
+      raw_ = std::make_unique<uint8_t[]>(cap_ + 63);
+    }
+    const auto addr = reinterpret_cast<uintptr_t>(raw_.get());
+    return raw_.get() + ((64 - addr % 64) % 64);
+  }
+
+ private:
+  std::unique_ptr<uint8_t[]> raw_;
+  size_t cap_ = 0;
+};
+
+thread_local Scratch t_acts;  // quantized activations of the linear call this thread makes
+thread_local Scratch t_work;  // per-thread kernel scratch (packed weights, attention state)
+
+// When to split over the pool. A split pays only if the serial time exceeds a few pool round
+// trips, and that cost differs by orders of magnitude between machines and pool implementations
+// (a condition-variable wake-up under KVM measured 15-80 us here, a spinning hand-off ~1 us).
+// So the round trip is measured (median of 9) the first time a pool is used, and each op
+// estimates its serial time from its size with conservative single-core rates.
+// With 2 threads a split saves half the serial time and costs about one round trip, so it breaks
+// even at 2 round trips; 3 keeps a margin. The rates are what one core of the development machine
+// (Zen 4) sustains; a slower core only makes splitting more worthwhile than estimated.
+constexpr double kSplitFactor = 3.0;           // split when serial time > 3 round trips
+constexpr double kStreamBytesPerUs = 16000.0;  // matrix-vector weight stream from DRAM (~16 GB/s)
+constexpr double kMacsPerUs = 48000.0;         // quantized / f32 matrix-matrix (~48 GMAC/s)
+constexpr double kAttnMacsPerUs = 16000.0;     // attention (~16 GMAC/s: softmax and reductions)
+constexpr double kFloatsPerUs = 1000.0;        // element-wise / row ops incl. exp and sin/cos
+
+double pool_round_trip_us(ThreadPool& pool) {
+  static std::mutex mu;
+  static const ThreadPool* measured = nullptr;
+  static double us = 0.0;
+  std::lock_guard<std::mutex> lk(mu);
+  if (measured != &pool) {
+    double t[9];
+    for (double& v : t) {
+      const auto t0 = std::chrono::steady_clock::now();
+      pool.run_on_all([](int) {});
+      v = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    }
+    std::nth_element(t, t + 4, t + 9);
+    us = t[4];
+    measured = &pool;
+  }
+  return us;
+}
+
+std::atomic<int> g_force_split{-1};  // -1: measured policy, 0: never, 1: always
+
+// Whether work estimated to take serial_us on one core should be split over the pool.
+bool split(ThreadPool& pool, double serial_us) {
+  if (pool.size() <= 1) return false;
+  const int forced = g_force_split.load(std::memory_order_relaxed);
+  if (forced >= 0) return forced == 1;
+  return serial_us > kSplitFactor * pool_round_trip_us(pool);
+}
+
+}  // namespace
+
+void force_split(std::optional<bool> always) {
+  g_force_split.store(always ? (*always ? 1 : 0) : -1, std::memory_order_relaxed);
+}
+
+bool linear_supports(DType w) { return ref_detail::linear_kind(w).is_ok(); }
+
+Status linear(const Tensor& w, const float* x, int64_t m, float* y) {
+  WKind kind{};
+  LITHE_TRY(ref_detail::check_linear(w, x, m, y, kind));
+  if (m == 0) return Status::ok();
+  const KernelTable& t = table();
+  ThreadPool& pool = global_pool();
+  LinearJob j{};
+  j.kind = kind;
+  j.w = static_cast<const uint8_t*>(w.data());
+  j.row_bytes = w.strides()[0];
+  j.n_out = w.dim(0);
+  j.n_in = w.dim(1);
+  j.m = m;
+  j.x = x;
+  j.y = y;
+  if (!detail::is_float_kind(kind)) {
+    j.xq_row_bytes = t.act_row_bytes(kind, j.n_in);
+    uint8_t* xq = t_acts.get(m * j.xq_row_bytes);
+    j.xq = xq;
+    if (m == 1 || !split(pool, static_cast<double>(m * j.n_in) / kFloatsPerUs)) {
+      t.quantize_acts(kind, x, j.n_in, 0, m, xq);
+    } else {
+      pool.parallel_for(m, 1, [&](int64_t b, int64_t e) { t.quantize_acts(kind, x, j.n_in, b, e, xq); });
+    }
+  }
+  const int64_t scratch_bytes = t.linear_scratch_bytes(kind, j.n_in, m);
+  const int64_t grain = t.linear_row_grain(kind, j.n_in, m);
+  const int64_t units = (j.n_out + grain - 1) / grain;
+  // m <= 4 streams the weights once (memory-bound); larger m is compute-bound.
+  const double serial_us = m <= 4 ? static_cast<double>(j.row_bytes * j.n_out) / kStreamBytesPerUs
+                                  : static_cast<double>(j.n_out * j.n_in * m) / kMacsPerUs;
+  if (units == 1 || !split(pool, serial_us)) {
+    t.linear_rows(j, 0, j.n_out, scratch_bytes > 0 ? t_work.get(scratch_bytes) : nullptr);
+    return Status::ok();
+  }
+  pool.parallel_for(units, 1, [&](int64_t b, int64_t e) {
+    uint8_t* scratch = scratch_bytes > 0 ? t_work.get(scratch_bytes) : nullptr;
+    t.linear_rows(j, b * grain, std::min(e * grain, j.n_out), scratch);
+  });
+  return Status::ok();
+}
+
+void rmsnorm(const float* x, const float* weight, float eps, int64_t m, int64_t n, float* y) {
+  if (m <= 0 || n <= 0) return;
+  const KernelTable& t = table();
+  ThreadPool& pool = global_pool();
+  if (m == 1 || !split(pool, static_cast<double>(m * n) / kFloatsPerUs)) return t.rmsnorm_rows(x, weight, eps, n, 0, m, y);
+  pool.parallel_for(m, 1, [&](int64_t b, int64_t e) { t.rmsnorm_rows(x, weight, eps, n, b, e, y); });
+}
+
+// Element-wise ops split into 64-element aligned pieces.
+void silu_mul(float* gate, const float* up, int64_t n) {
+  if (n <= 0) return;
+  const KernelTable& t = table();
+  ThreadPool& pool = global_pool();
+  if (!split(pool, static_cast<double>(n) / kFloatsPerUs)) return t.silu_mul(gate, up, n);
+  pool.parallel_for((n + 63) / 64, 1, [&](int64_t b, int64_t e) {
+    t.silu_mul(gate + 64 * b, up + 64 * b, std::min(64 * e, n) - 64 * b);
+  });
+}
+
+void add_inplace(float* y, const float* x, int64_t n) {
+  if (n <= 0) return;
+  const KernelTable& t = table();
+  ThreadPool& pool = global_pool();
+  if (!split(pool, static_cast<double>(n) / kFloatsPerUs)) return t.add(y, x, n);
+  pool.parallel_for((n + 63) / 64, 1, [&](int64_t b, int64_t e) {
+    t.add(y + 64 * b, x + 64 * b, std::min(64 * e, n) - 64 * b);
+  });
+}
+
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* pos, const RopeTable& table_,
+          RopeStyle style) {
+  const int64_t rot = table_.rot_dim;
+  LITHE_CHECK_MSG(rot >= 0 && rot % 2 == 0 && rot <= head_dim && rot <= 1024 &&
+                      static_cast<int64_t>(table_.inv_freq.size()) >= rot / 2,
+                  "rope: rot_dim {} must be even, <= head_dim {} and <= 1024, with rot_dim / 2 inv_freq entries ({})",
+                  rot, head_dim, table_.inv_freq.size());
+  if (n_tokens <= 0 || n_heads <= 0 || rot == 0) return;
+  const KernelTable& t = table();
+  const int s = style == RopeStyle::interleaved ? 0 : 1;
+  const float* f = table_.inv_freq.data();
+  ThreadPool& pool = global_pool();
+  if (n_tokens == 1 || !split(pool, static_cast<double>(n_tokens * (n_heads * rot + rot * 20)) / kFloatsPerUs))
+    return t.rope_tokens(x, 0, n_tokens, n_heads, head_dim, pos, f, rot, s);
+  pool.parallel_for(n_tokens, 1, [&](int64_t b, int64_t e) {
+    t.rope_tokens(x, b, e, n_heads, head_dim, pos, f, rot, s);
+  });
+}
+
+Status attention(const AttentionArgs& a) {
+  LITHE_TRY(ref_detail::check_attention(a));
+  if (a.n_q == 0) return Status::ok();
+  const KernelTable& t = table();
+  // 16 queries per item: enough to reuse each converted slot block, small enough that a 512-token
+  // prefill has hundreds of items to balance over the threads.
+  const int64_t q_block = std::min<int64_t>(16, a.n_q);
+  const int64_t items = detail::attention_n_items(a, q_block);
+  const int64_t scratch_bytes = t.attention_scratch_floats(a.head_dim, q_block) * 4;
+  auto run = [&](int64_t b, int64_t e) {
+    float* scratch = scratch_bytes > 0 ? reinterpret_cast<float*>(t_work.get(scratch_bytes)) : nullptr;
+    t.attention_items(a, q_block, b, e, scratch);
+  };
+  // Causal work: about n_q * n_kv (decode) or n_q^2 / 2 (prefill) slot visits, 2 MACs per dimension each.
+  const double visits = static_cast<double>(a.n_q) * static_cast<double>(std::max<int64_t>(1, a.n_kv - a.n_q / 2));
+  ThreadPool& pool = global_pool();
+  if (items == 1 || !split(pool, visits * static_cast<double>(a.n_heads * a.head_dim) * 2.0 / kAttnMacsPerUs)) {
+    run(0, items);
+  } else {
+    pool.parallel_for(items, 1, run);
+  }
+  return Status::ok();
+}
+
+}  // namespace lithe::cpu

@@ -1,0 +1,81 @@
+// The seam between the CPU op entry points (cpu_ops.cpp: argument checks, threading, scratch;
+// compiled for the baseline ISA) and the per-ISA kernel sets (kernels_avx2.cpp, kernels_avx512.cpp:
+// one source, kernels_*.inc, compiled once per instruction set; kernels_scalar.cpp: the reference
+// loops). Each set exports a table of plain function pointers that work on row / item ranges; the
+// entry points split the work over global_pool() and call the table of the active ISA.
+//
+// Everything here is plain data or internal-linkage (static) helpers: the ISA translation units
+// must not odr-use inline functions with external linkage (std::, fmt, lithe/core), because the
+// linker keeps one copy of each for the whole program and might pick the one compiled with
+// AVX-512 flags.
+#pragma once
+
+#include <cstdint>
+
+#include "lithe/kernels/cpu.h"
+
+namespace lithe::cpu::detail {
+
+// Weight encodings the linear kernels handle (a subset of DType, dense so tables can index it).
+enum class WKind : int { f32, f16, bf16, q4_0, q4_1, q8_0, q4_k, q6_k };
+inline constexpr int kNumWKinds = 8;
+static constexpr bool is_float_kind(WKind k) { return k == WKind::f32 || k == WKind::f16 || k == WKind::bf16; }
+
+// One linear call: Y[m, n_out] = X[m, n_in] · W^T.
+struct LinearJob {
+  WKind kind;
+  const uint8_t* w;      // [n_out] rows of row_bytes (GGUF block layout or plain f32/f16/bf16)
+  int64_t row_bytes;
+  int64_t n_out, n_in, m;
+  const float* x;        // [m][n_in] f32 activations (used by the float kinds)
+  const uint8_t* xq;     // [m] rows of xq_row_bytes: activations quantized by quantize_acts (block kinds)
+  int64_t xq_row_bytes;
+  float* y;              // [m][n_out]
+};
+
+struct KernelTable {
+  Isa isa;
+  // Bytes of one quantized activation row for weights of `kind` (0 for float kinds).
+  int64_t (*act_row_bytes)(WKind kind, int64_t n_in);
+  // Quantizes rows [r0, r1) of x[.][n_in] into dst rows of act_row_bytes (layout private to the ISA).
+  void (*quantize_acts)(WKind kind, const float* x, int64_t n_in, int64_t r0, int64_t r1, uint8_t* dst);
+  // Output rows are handed to linear_rows in multiples of this (except the last range).
+  int64_t (*linear_row_grain)(WKind kind, int64_t n_in, int64_t m);
+  // Per-thread scratch (64-byte aligned) that linear_rows needs for this shape.
+  int64_t (*linear_scratch_bytes)(WKind kind, int64_t n_in, int64_t m);
+  // Output rows [r0, r1) of the job, for all m activation rows.
+  void (*linear_rows)(const LinearJob& job, int64_t r0, int64_t r1, uint8_t* scratch);
+
+  void (*rmsnorm_rows)(const float* x, const float* w, float eps, int64_t n, int64_t r0, int64_t r1, float* y);
+  void (*silu_mul)(float* gate, const float* up, int64_t n);
+  void (*add)(float* y, const float* x, int64_t n);
+  // Tokens [t0, t1) of rope(); style 0 interleaved, 1 half.
+  void (*rope_tokens)(float* x, int64_t t0, int64_t t1, int64_t n_heads, int64_t head_dim, const int32_t* pos,
+                      const float* inv_freq, int64_t rot_dim, int style);
+  // Attention work items [i0, i1) (attention_item below), with per-thread scratch of
+  // attention_scratch_floats(head_dim, q_block) floats (64-byte aligned).
+  int64_t (*attention_scratch_floats)(int64_t head_dim, int64_t q_block);
+  void (*attention_items)(const AttentionArgs& a, int64_t q_block, int64_t i0, int64_t i1, float* scratch);
+};
+
+// Work items of attention: query blocks of q_block queries for each head, ordered so that any
+// contiguous half of the item range holds about half of the causal work: the j-th block visited
+// alternates between the front and the back of the sequence (0, nb-1, 1, nb-2, ...).
+static inline int64_t attention_n_items(const AttentionArgs& a, int64_t q_block) {
+  return a.n_heads * ((a.n_q + q_block - 1) / q_block);
+}
+static inline void attention_item(const AttentionArgs& a, int64_t q_block, int64_t item, int64_t& head, int64_t& t0,
+                           int64_t& t1) {
+  const int64_t nb = (a.n_q + q_block - 1) / q_block;
+  const int64_t j = item / a.n_heads;
+  head = item % a.n_heads;
+  const int64_t b = (j % 2 == 0) ? j / 2 : nb - 1 - j / 2;
+  t0 = b * q_block;
+  t1 = t0 + q_block < a.n_q ? t0 + q_block : a.n_q;
+}
+
+const KernelTable& table_scalar();
+const KernelTable& table_avx2();    // only valid when the CPU has AVX2/FMA/F16C
+const KernelTable& table_avx512();  // only valid when the CPU has the AVX-512 subset above
+
+}  // namespace lithe::cpu::detail

@@ -1,0 +1,259 @@
+// Loading a model (any ModelFile + its tokenizer) and the forward pass of the shared Llama block.
+#include "lithe/models/model.h"
+
+#include <cmath>
+
+#include "lithe/core/log.h"
+#include "lithe/formats/gguf.h"
+#include "lithe/kernels/convert.h"
+#include "lithe/models/architecture.h"
+#include "lithe/models/llama_names.h"
+
+namespace lithe {
+namespace {
+
+// Reads one weight by its GGUF-style name from a GGUF file or (renamed) a checkpoint directory,
+// checking its shape.
+class WeightReader {
+ public:
+  WeightReader(const ModelFile& f, bool gguf) : f_(f), gguf_(gguf) {}
+
+  Result<Tensor> get(const std::string& gguf_name, const Shape& want) const {
+    std::string name = gguf_name;
+    if (!gguf_) {
+      LITHE_ASSIGN(HfName n, gguf_to_hf_name(gguf_name, false));
+      name = n.name;
+    }
+    auto t = f_.tensor(name);
+    if (!t) return error(StatusCode::not_found, "model is missing tensor '{}'", name);
+    if (t->shape() != want)
+      return error(StatusCode::invalid_argument, "tensor '{}' has shape {}, expected {} from the model config", name,
+                   shape_str(t->shape()), shape_str(want));
+    return t;
+  }
+  bool has(const std::string& gguf_name) const {
+    std::string name = gguf_name;
+    if (!gguf_) {
+      auto n = gguf_to_hf_name(gguf_name, false);
+      if (!n) return false;
+      name = n->name;
+    }
+    for (const auto& t : f_.tensors())
+      if (t.name == name) return true;
+    return false;
+  }
+
+ private:
+  const ModelFile& f_;
+  bool gguf_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOptions& options) {
+  std::unique_ptr<Model> m(new Model());
+  m->path_ = path;
+  LITHE_ASSIGN(m->file_, open_model_file(path));
+  const gguf::File* g = m->file_->gguf();
+  if (g != nullptr) {
+    LITHE_ASSIGN(m->config_, config_from_gguf(*g));
+    LITHE_ASSIGN(m->tokenizer_, load_tokenizer(*g));
+  } else {
+    if (m->file_->config().is_null())
+      return error(StatusCode::invalid_argument, "'{}' has no config.json: give a .gguf file or a checkpoint directory",
+                   path);
+    LITHE_ASSIGN(HfLlamaConfig hf, parse_hf_llama_config(m->file_->config()));
+    LITHE_ASSIGN(m->config_, config_from_hf(hf));
+    LITHE_ASSIGN(m->tokenizer_, load_tokenizer_json(m->file_->directory()));
+  }
+  m->chat_template_ = m->tokenizer_->spec().chat_template;
+  if (m->config_.eos_ids.empty() && m->tokenizer_->eos_id() >= 0) m->config_.eos_ids = {m->tokenizer_->eos_id()};
+  LITHE_ASSIGN(m->backend_, make_backend(options.device));
+  m->rope_ = make_rope_table(m->config_);
+
+  const ModelConfig& c = m->config_;
+  WeightReader r(*m->file_, g != nullptr);
+  if (g != nullptr && g->find_tensor("rope_freqs.weight") != nullptr) {
+    // Llama 3.1 GGUFs carry the llama3 frequency scaling as per-frequency divisors.
+    LITHE_ASSIGN(Tensor f, r.get("rope_freqs.weight", {c.rope_dim / 2}));
+    LITHE_ASSIGN(Tensor f32, convert(f, DType::f32));
+    for (int64_t i = 0; i < c.rope_dim / 2; ++i) m->rope_.inv_freq[static_cast<size_t>(i)] /= f32.data_as<float>()[i];
+  }
+  // Matrices stay in their stored format unless dequantize; vectors (norms, biases) become f32.
+  auto prep = [&](Tensor t) -> Result<Tensor> {
+    const bool matrix = t.ndim() == 2;
+    if ((!matrix && t.dtype() != DType::f32) || (matrix && options.dequantize && t.dtype() != DType::f32) ||
+        (matrix && !m->backend_->supports_weight(t.dtype()))) {
+      if (matrix && !options.dequantize)
+        log::warn("{} weights are not supported by the {} kernels: dequantizing to f32", dtype_name(t.dtype()),
+                  m->backend_->name());
+      LITHE_ASSIGN(Tensor f, convert(t, DType::f32));
+      m->owned_.push_back(f);
+      t = f;
+    }
+    return m->backend_->prepare_weight(t);
+  };
+  auto load = [&](Tensor& dst, const std::string& name, const Shape& shape) -> Status {
+    LITHE_ASSIGN(Tensor t, r.get(name, shape));
+    LITHE_ASSIGN(dst, prep(std::move(t)));
+    return Status::ok();
+  };
+  ModelWeights& w = m->weights_;
+  LITHE_TRY(load(w.tok_embd, "token_embd.weight", {c.vocab_size, c.d_model}));
+  LITHE_TRY(load(w.out_norm, "output_norm.weight", {c.d_model}));
+  if (r.has("output.weight")) {
+    LITHE_TRY(load(w.output, "output.weight", {c.vocab_size, c.d_model}));
+  } else {
+    w.output = w.tok_embd;  // tied embeddings
+  }
+  w.layers.resize(static_cast<size_t>(c.n_layers));
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    LayerWeights& L = w.layers[static_cast<size_t>(l)];
+    auto nm = [&](const char* s) { return fmt::format("blk.{}.{}", l, s); };
+    LITHE_TRY(load(L.attn_norm, nm("attn_norm.weight"), {c.d_model}));
+    LITHE_TRY(load(L.wq, nm("attn_q.weight"), {c.q_dim(), c.d_model}));
+    LITHE_TRY(load(L.wk, nm("attn_k.weight"), {c.kv_dim(), c.d_model}));
+    LITHE_TRY(load(L.wv, nm("attn_v.weight"), {c.kv_dim(), c.d_model}));
+    LITHE_TRY(load(L.wo, nm("attn_output.weight"), {c.d_model, c.q_dim()}));
+    if (c.qkv_bias) {
+      LITHE_TRY(load(L.bq, nm("attn_q.bias"), {c.q_dim()}));
+      LITHE_TRY(load(L.bk, nm("attn_k.bias"), {c.kv_dim()}));
+      LITHE_TRY(load(L.bv, nm("attn_v.bias"), {c.kv_dim()}));
+    }
+    LITHE_TRY(load(L.ffn_norm, nm("ffn_norm.weight"), {c.d_model}));
+    LITHE_TRY(load(L.w_gate, nm("ffn_gate.weight"), {c.d_ff, c.d_model}));
+    LITHE_TRY(load(L.w_up, nm("ffn_up.weight"), {c.d_ff, c.d_model}));
+    LITHE_TRY(load(L.w_down, nm("ffn_down.weight"), {c.d_model, c.d_ff}));
+  }
+  return m;
+}
+
+uint64_t Model::weight_bytes_per_token() const {
+  uint64_t b = weights_.output.nbytes() + weights_.out_norm.nbytes();
+  for (const auto& L : weights_.layers)
+    for (const Tensor* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.ffn_norm, &L.w_gate,
+                            &L.w_up, &L.w_down})
+      if (t->defined()) b += t->nbytes();
+  return b;
+}
+
+Result<KvCache> Model::new_cache(int64_t capacity, DType kv_dtype) {
+  return KvCache::create(config_.n_layers, capacity, config_.kv_dim(), kv_dtype, backend_->device());
+}
+
+Status Model::ensure_workspace(int64_t m) {
+  if (m <= ws_rows_) return Status::ok();
+  const ModelConfig& c = config_;
+  const int64_t rows = std::max<int64_t>(m, 1);
+  LITHE_ASSIGN(x_, backend_->alloc(DType::f32, {rows, c.d_model}));
+  LITHE_ASSIGN(h_, backend_->alloc(DType::f32, {rows, c.d_model}));
+  LITHE_ASSIGN(q_, backend_->alloc(DType::f32, {rows, c.q_dim()}));
+  LITHE_ASSIGN(k_, backend_->alloc(DType::f32, {rows, c.kv_dim()}));
+  LITHE_ASSIGN(v_, backend_->alloc(DType::f32, {rows, c.kv_dim()}));
+  LITHE_ASSIGN(attn_, backend_->alloc(DType::f32, {rows, c.q_dim()}));
+  LITHE_ASSIGN(gate_, backend_->alloc(DType::f32, {rows, c.d_ff}));
+  LITHE_ASSIGN(up_, backend_->alloc(DType::f32, {rows, c.d_ff}));
+  ws_rows_ = rows;
+  return Status::ok();
+}
+
+Status Model::forward(KvCache& cache, std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
+  std::vector<int32_t> pos(tokens.size());
+  const int32_t start = cache.size() == 0 ? 0 : cache.positions()[cache.size() - 1] + 1;
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = start + static_cast<int32_t>(i);
+  SequenceInput in{&cache, tokens, pos, all_logits};
+  return forward(std::span<const SequenceInput>(&in, 1), logits);
+}
+
+Status Model::forward(std::span<const SequenceInput> batch, std::vector<float>& logits) {
+  const ModelConfig& c = config_;
+  std::vector<int32_t> ids, pos;
+  int64_t out_rows = 0;
+  for (const auto& s : batch) {
+    if (s.cache == nullptr || s.tokens.size() != s.positions.size() || s.tokens.empty())
+      return error(StatusCode::invalid_argument, "forward: each sequence needs a cache and one position per token "
+                   "({} tokens, {} positions)", s.tokens.size(), s.positions.size());
+    for (size_t i = 0; i < s.tokens.size(); ++i) {  // (a loop: GCC 12's -Warray-bounds misfires on insert here)
+      ids.push_back(s.tokens[i]);
+      pos.push_back(s.positions[i]);
+    }
+    out_rows += s.all_logits ? static_cast<int64_t>(s.tokens.size()) : 1;
+  }
+  const auto m = static_cast<int64_t>(ids.size());
+  LITHE_TRY(ensure_workspace(m));
+  LITHE_TRY(backend_->embedding(weights_.tok_embd, ids.data(), m, x_));
+  LITHE_TRY(run_layers(m, batch, pos));
+
+  // Final norm of the rows whose logits are wanted, gathered, then the output head.
+  LITHE_ASSIGN(Tensor normed, backend_->alloc(DType::f32, {m, c.d_model}));
+  LITHE_TRY(backend_->rmsnorm(x_, m, weights_.out_norm, static_cast<float>(c.rms_eps), normed));
+  LITHE_ASSIGN(Tensor rows, backend_->alloc(DType::f32, {out_rows, c.d_model}));
+  {
+    std::vector<float> host(static_cast<size_t>(m * c.d_model));
+    LITHE_TRY(backend_->to_host(normed, m, host.data()));
+    std::vector<float> picked;
+    picked.reserve(static_cast<size_t>(out_rows * c.d_model));
+    int64_t r0 = 0;
+    for (const auto& s : batch) {
+      const auto n = static_cast<int64_t>(s.tokens.size());
+      const int64_t first = s.all_logits ? r0 : r0 + n - 1;
+      picked.insert(picked.end(), host.begin() + first * c.d_model, host.begin() + (r0 + n) * c.d_model);
+      r0 += n;
+    }
+    LITHE_ASSIGN(Tensor staged, Tensor::empty(DType::f32, {out_rows, c.d_model}));
+    std::copy(picked.begin(), picked.end(), staged.data_as<float>());
+    LITHE_ASSIGN(rows, staged.to(backend_->device()));
+  }
+  LITHE_ASSIGN(Tensor out, backend_->alloc(DType::f32, {out_rows, c.vocab_size}));
+  LITHE_TRY(backend_->linear(weights_.output, rows, out_rows, out));
+  logits.resize(static_cast<size_t>(out_rows * c.vocab_size));
+  return backend_->to_host(out, out_rows, logits.data());
+}
+
+Status Model::run_layers(int64_t m, std::span<const SequenceInput> batch, const std::vector<int32_t>& pos) {
+  const ModelConfig& c = config_;
+  const auto eps = static_cast<float>(c.rms_eps);
+  const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  // Cache slots for every sequence's new tokens (positions recorded once for all layers).
+  std::vector<std::vector<int64_t>> slots;
+  for (const auto& s : batch) {
+    LITHE_ASSIGN(auto sl, s.cache->append(s.positions.data(), static_cast<int64_t>(s.positions.size())));
+    slots.push_back(std::move(sl));
+  }
+  Backend& be = *backend_;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
+    LITHE_TRY(be.rmsnorm(x_, m, L.attn_norm, eps, h_));
+    LITHE_TRY(be.linear(L.wq, h_, m, q_));
+    LITHE_TRY(be.linear(L.wk, h_, m, k_));
+    LITHE_TRY(be.linear(L.wv, h_, m, v_));
+    if (c.qkv_bias) {
+      LITHE_TRY(be.add_bias(q_, m, L.bq));
+      LITHE_TRY(be.add_bias(k_, m, L.bk));
+      LITHE_TRY(be.add_bias(v_, m, L.bv));
+    }
+    LITHE_TRY(be.rope(q_, m, c.n_heads, c.head_dim, pos.data(), rope_, c.rope_style));
+    LITHE_TRY(be.rope(k_, m, c.n_kv_heads, c.head_dim, pos.data(), rope_, c.rope_style));
+    int64_t r0 = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const auto n = static_cast<int64_t>(batch[i].tokens.size());
+      LITHE_ASSIGN(Tensor q, q_.slice_rows(r0, r0 + n));
+      LITHE_ASSIGN(Tensor k, k_.slice_rows(r0, r0 + n));
+      LITHE_ASSIGN(Tensor v, v_.slice_rows(r0, r0 + n));
+      LITHE_ASSIGN(Tensor o, attn_.slice_rows(r0, r0 + n));
+      LITHE_TRY(be.attention(*batch[i].cache, l, q, k, v, n, pos.data() + r0, slots[i].data(), shape, o));
+      r0 += n;
+    }
+    LITHE_TRY(be.linear(L.wo, attn_, m, h_));
+    LITHE_TRY(be.add(x_, h_, m));
+    LITHE_TRY(be.rmsnorm(x_, m, L.ffn_norm, eps, h_));
+    LITHE_TRY(be.linear(L.w_gate, h_, m, gate_));
+    LITHE_TRY(be.linear(L.w_up, h_, m, up_));
+    LITHE_TRY(be.silu_mul(gate_, up_, m));
+    LITHE_TRY(be.linear(L.w_down, gate_, m, h_));
+    LITHE_TRY(be.add(x_, h_, m));
+  }
+  return Status::ok();
+}
+
+}  // namespace lithe

@@ -1,0 +1,145 @@
+// The CPU backend: activations in host memory, ops from kernels/cpu.
+#include <cstring>
+
+#include "lithe/core/half.h"
+#include "lithe/kernels/ggml_quants.h"
+#include "lithe/runtime/backend.h"
+#include "lithe/runtime/kv_cache.h"
+
+namespace lithe {
+namespace {
+
+Status check_f32(const Tensor& t, int64_t m, int64_t cols, const char* what) {
+  if (t.dtype() != DType::f32 || t.device() != Device::cpu || !t.is_contiguous() || t.ndim() != 2 || t.dim(0) < m ||
+      (cols >= 0 && t.dim(1) != cols))
+    return error(StatusCode::invalid_argument, "{}: expected a host f32 [>= {}, {}] tensor, got {}", what, m, cols,
+                 t.describe());
+  return Status::ok();
+}
+
+class CpuBackend final : public Backend {
+ public:
+  Device device() const override { return Device::cpu; }
+  std::string_view name() const override { return "cpu"; }
+
+  Result<Tensor> alloc(DType dtype, const Shape& shape) override { return Tensor::empty(dtype, shape); }
+  bool supports_weight(DType dtype) const override { return cpu::linear_supports(dtype); }
+  Result<Tensor> prepare_weight(const Tensor& w) override {
+    if (w.ndim() == 2 && !cpu::linear_supports(w.dtype()))
+      return error(StatusCode::unsupported, "the CPU backend cannot run {} weights ({}); use --dequantize",
+                   dtype_name(w.dtype()), w.describe());
+    return w;  // zero-copy: kernels read the mapped file directly
+  }
+
+  Status embedding(const Tensor& table, const int32_t* ids, int64_t n, Tensor& out) override {
+    const int64_t vocab = table.dim(0), d = table.dim(1);
+    LITHE_TRY(check_f32(out, n, d, "embedding output"));
+    const auto* base = static_cast<const uint8_t*>(table.data());
+    for (int64_t i = 0; i < n; ++i) {
+      if (ids[i] < 0 || ids[i] >= vocab)
+        return error(StatusCode::invalid_argument, "token id {} is out of range for a vocabulary of {}", ids[i], vocab);
+      LITHE_TRY(ref::dequantize_row(table.dtype(), base + ids[i] * table.strides()[0], out.data_as<float>() + i * d, d));
+    }
+    return Status::ok();
+  }
+
+  Status linear(const Tensor& w, const Tensor& x, int64_t m, Tensor& y) override {
+    LITHE_TRY(check_f32(x, m, w.dim(1), "linear input"));
+    LITHE_TRY(check_f32(y, m, w.dim(0), "linear output"));
+    return cpu::linear(w, x.data_as<float>(), m, y.data_as<float>());
+  }
+
+  Status add_bias(Tensor& y, int64_t m, const Tensor& bias) override {
+    LITHE_TRY(check_f32(y, m, bias.numel(), "bias target"));
+    if (bias.dtype() != DType::f32) return error(StatusCode::unsupported, "bias must be f32, got {}", bias.describe());
+    const int64_t n = bias.numel();
+    for (int64_t r = 0; r < m; ++r) cpu::add_inplace(y.data_as<float>() + r * n, bias.data_as<float>(), n);
+    return Status::ok();
+  }
+
+  Status rmsnorm(const Tensor& x, int64_t m, const Tensor& weight, float eps, Tensor& y) override {
+    const int64_t n = weight.numel();
+    LITHE_TRY(check_f32(x, m, n, "rmsnorm input"));
+    LITHE_TRY(check_f32(y, m, n, "rmsnorm output"));
+    if (weight.dtype() != DType::f32)
+      return error(StatusCode::unsupported, "norm weight must be f32, got {}", weight.describe());
+    cpu::rmsnorm(x.data_as<float>(), weight.data_as<float>(), eps, m, n, y.data_as<float>());
+    return Status::ok();
+  }
+
+  Status rope(Tensor& x, int64_t m, int64_t n_heads, int64_t head_dim, const int32_t* pos,
+              const cpu::RopeTable& table, cpu::RopeStyle style) override {
+    LITHE_TRY(check_f32(x, m, n_heads * head_dim, "rope input"));
+    cpu::rope(x.data_as<float>(), m, n_heads, head_dim, pos, table, style);
+    return Status::ok();
+  }
+
+  Status silu_mul(Tensor& gate, const Tensor& up, int64_t m) override {
+    LITHE_TRY(check_f32(gate, m, up.dim(1), "silu_mul gate"));
+    cpu::silu_mul(gate.data_as<float>(), up.data_as<float>(), m * up.dim(1));
+    return Status::ok();
+  }
+
+  Status add(Tensor& y, const Tensor& x, int64_t m) override {
+    LITHE_TRY(check_f32(y, m, x.dim(1), "add target"));
+    cpu::add_inplace(y.data_as<float>(), x.data_as<float>(), m * x.dim(1));
+    return Status::ok();
+  }
+
+  Status attention(KvCache& cache, int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t m,
+                   const int32_t* q_pos, const int64_t* slots, const AttentionShape& shape, Tensor& out) override {
+    const int64_t kv_dim = cache.kv_dim();
+    LITHE_TRY(check_f32(k, m, kv_dim, "attention k"));
+    LITHE_TRY(check_f32(v, m, kv_dim, "attention v"));
+    Tensor& kc = cache.k(layer);
+    Tensor& vc = cache.v(layer);
+    for (int64_t i = 0; i < m; ++i) store_row(cache.dtype(), k.data_as<float>() + i * kv_dim, kc, slots[i], kv_dim);
+    for (int64_t i = 0; i < m; ++i) store_row(cache.dtype(), v.data_as<float>() + i * kv_dim, vc, slots[i], kv_dim);
+    cpu::AttentionArgs a{};
+    a.q = q.data_as<float>();
+    a.n_q = m;
+    a.q_pos = q_pos;
+    a.k = kc.data();
+    a.v = vc.data();
+    a.kv_dtype = cache.dtype();
+    a.n_kv = cache.size();
+    a.kv_pos = cache.positions();
+    a.kv_row_stride = kv_dim;
+    a.head_dim = shape.head_dim;
+    a.n_kv_heads = shape.n_kv_heads;
+    a.n_heads = shape.n_heads;
+    a.scale = shape.scale;
+    if (shape.n_kv_heads * shape.head_dim != kv_dim || q.dim(1) != shape.n_heads * shape.head_dim)
+      return error(StatusCode::invalid_argument, "attention: {} heads x {} and {} kv heads do not match q {} / cache {}",
+                   shape.n_heads, shape.head_dim, shape.n_kv_heads, q.describe(), kv_dim);
+    a.out = out.data_as<float>();
+    return cpu::attention(a);
+  }
+
+  Status to_host(const Tensor& x, int64_t m, float* dst) override {
+    LITHE_TRY(check_f32(x, m, -1, "to_host"));
+    std::memcpy(dst, x.data(), static_cast<size_t>(m * x.dim(1)) * sizeof(float));
+    return Status::ok();
+  }
+
+ private:
+  static void store_row(DType dt, const float* src, Tensor& cache, int64_t slot, int64_t n) {
+    if (dt == DType::f32) {
+      std::memcpy(cache.data_as<float>() + slot * n, src, static_cast<size_t>(n) * sizeof(float));
+    } else {
+      uint16_t* dst = cache.data_as<uint16_t>() + slot * n;
+      for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_f16(src[i]);
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+Result<std::unique_ptr<Backend>> make_backend(Device device) {
+  if (device == Device::cpu) return make_cpu_backend();
+  return error(StatusCode::unsupported, "the cuda backend is not built yet: use --device cpu");
+}
+
+}  // namespace lithe

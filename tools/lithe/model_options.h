@@ -1,0 +1,67 @@
+// Options every model-running subcommand shares (-m, --device, --dequantize, --ctx, --kv-type)
+// and the sampling flags, with one place that turns them into a loaded Model / SamplingParams.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <random>
+#include <string>
+
+#include "lithe/decode/sampler.h"
+#include "lithe/models/model.h"
+
+namespace lithe::cli {
+
+struct ModelOptions {
+  std::string model;
+  std::string device = "cpu";
+  bool dequantize = false;
+  int64_t ctx = 0;  // 0: the command's default
+  std::string kv_type = "f32";
+
+  void add(CLI::App& app, int64_t default_ctx) {
+    ctx = default_ctx;
+    app.add_option("-m,--model", model, "model: a .gguf file or a checkpoint directory")->required();
+    app.add_option("--device", device, "cpu or cuda")->capture_default_str();
+    app.add_flag("--dequantize", dequantize, "load every weight as f32 (the full-precision baseline)");
+    app.add_option("-c,--ctx", ctx, "context length (KV cache slots)")->capture_default_str();
+    app.add_option("--kv-type", kv_type, "KV cache dtype: f32 or f16")->capture_default_str();
+  }
+  Result<std::unique_ptr<Model>> load() const {
+    LITHE_ASSIGN(Device d, parse_device(device));
+    LoadOptions lo;
+    lo.device = d;
+    lo.dequantize = dequantize;
+    return Model::load(model, lo);
+  }
+  Result<DType> kv_dtype() const {
+    if (kv_type == "f32") return DType::f32;
+    if (kv_type == "f16") return DType::f16;
+    return error(StatusCode::invalid_argument, "--kv-type '{}' is not supported: use f32 or f16", kv_type);
+  }
+};
+
+struct SamplingOptions {
+  SamplingParams p;
+  int64_t seed = -1;
+
+  void add(CLI::App& app) {
+    app.add_option("--temp", p.temperature, "temperature (0 = greedy)")->capture_default_str();
+    app.add_option("--top-k", p.top_k, "top-k (0 = off)")->capture_default_str();
+    app.add_option("--top-p", p.top_p, "top-p (1 = off)")->capture_default_str();
+    app.add_option("--min-p", p.min_p, "min-p (0 = off)")->capture_default_str();
+    app.add_option("--repeat-penalty", p.repeat_penalty, "repetition penalty (1 = off)")->capture_default_str();
+    app.add_option("--repeat-last-n", p.repeat_last_n, "tokens the penalties look back over")->capture_default_str();
+    app.add_option("--frequency-penalty", p.frequency_penalty, "frequency penalty")->capture_default_str();
+    app.add_option("--presence-penalty", p.presence_penalty, "presence penalty")->capture_default_str();
+    app.add_option("--seed", seed, "random seed (-1: random)")->capture_default_str();
+  }
+  SamplingParams params() {
+    if (seed < 0) seed = static_cast<int64_t>(std::random_device{}() & 0x7fffffff);
+    p.seed = static_cast<uint64_t>(seed);
+    return p;
+  }
+};
+
+}  // namespace lithe::cli

@@ -2,6 +2,7 @@
 #include "lithe/models/model.h"
 
 #include <cmath>
+#include <utility>
 
 #include "lithe/core/log.h"
 #include "lithe/formats/gguf.h"
@@ -80,11 +81,12 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
     for (int64_t i = 0; i < c.rope_dim / 2; ++i) m->rope_.inv_freq[static_cast<size_t>(i)] /= f32.data_as<float>()[i];
   }
   // Matrices stay in their stored format unless dequantize; vectors (norms, biases) become f32.
+  bool warned = false;
   auto prep = [&](Tensor t) -> Result<Tensor> {
     const bool matrix = t.ndim() == 2;
     if ((!matrix && t.dtype() != DType::f32) || (matrix && options.dequantize && t.dtype() != DType::f32) ||
         (matrix && !m->backend_->supports_weight(t.dtype()))) {
-      if (matrix && !options.dequantize)
+      if (matrix && !options.dequantize && !std::exchange(warned, true))
         log::warn("{} weights are not supported by the {} kernels: dequantizing to f32", dtype_name(t.dtype()),
                   m->backend_->name());
       LITHE_ASSIGN(Tensor f, convert(t, DType::f32));

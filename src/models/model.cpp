@@ -186,25 +186,17 @@ Status Model::forward(std::span<const SequenceInput> batch, std::vector<float>& 
   LITHE_TRY(backend_->embedding(weights_.tok_embd, ids.data(), m, x_));
   LITHE_TRY(run_layers(m, batch, pos));
 
-  // Final norm of the rows whose logits are wanted, gathered, then the output head.
-  LITHE_ASSIGN(Tensor normed, backend_->alloc(DType::f32, {m, c.d_model}));
-  LITHE_TRY(backend_->rmsnorm(x_, m, weights_.out_norm, static_cast<float>(c.rms_eps), normed));
+  // Final norm of only the rows whose logits are wanted, written straight into the head's input.
   LITHE_ASSIGN(Tensor rows, backend_->alloc(DType::f32, {out_rows, c.d_model}));
-  {
-    std::vector<float> host(static_cast<size_t>(m * c.d_model));
-    LITHE_TRY(backend_->to_host(normed, m, host.data()));
-    std::vector<float> picked;
-    picked.reserve(static_cast<size_t>(out_rows * c.d_model));
-    int64_t r0 = 0;
-    for (const auto& s : batch) {
-      const auto n = static_cast<int64_t>(s.tokens.size());
-      const int64_t first = s.all_logits ? r0 : r0 + n - 1;
-      picked.insert(picked.end(), host.begin() + first * c.d_model, host.begin() + (r0 + n) * c.d_model);
-      r0 += n;
-    }
-    LITHE_ASSIGN(Tensor staged, Tensor::empty(DType::f32, {out_rows, c.d_model}));
-    std::copy(picked.begin(), picked.end(), staged.data_as<float>());
-    LITHE_ASSIGN(rows, staged.to(backend_->device()));
+  int64_t r0 = 0, out_r = 0;
+  for (const auto& s : batch) {
+    const auto n = static_cast<int64_t>(s.tokens.size());
+    const int64_t k = s.all_logits ? n : 1;
+    LITHE_ASSIGN(Tensor src, x_.slice_rows(r0 + n - k, r0 + n));
+    LITHE_ASSIGN(Tensor dst, rows.slice_rows(out_r, out_r + k));
+    LITHE_TRY(backend_->rmsnorm(src, k, weights_.out_norm, static_cast<float>(c.rms_eps), dst));
+    r0 += n;
+    out_r += k;
   }
   LITHE_ASSIGN(Tensor out, backend_->alloc(DType::f32, {out_rows, c.vocab_size}));
   LITHE_TRY(backend_->linear(weights_.output, rows, out_rows, out));

@@ -19,17 +19,11 @@
 #include "lithe/core/half.h"
 #include "lithe/core/thread_pool.h"
 #include "lithe/kernels/cpu.h"
+#include "cpu_test_util.h"
 #include "lithe/kernels/ggml_quants.h"
 
 namespace lithe::cpu {
 namespace {
-
-std::vector<Isa> available_isas() {
-  std::vector<Isa> out;
-  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512})
-    if (static_cast<int>(i) <= static_cast<int>(detected_isa())) out.push_back(i);
-  return out;
-}
 
 struct IsaRestore {
   Isa saved = active_isa();

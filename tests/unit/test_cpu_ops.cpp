@@ -13,16 +13,10 @@
 
 #include "lithe/core/half.h"
 #include "lithe/kernels/cpu.h"
+#include "cpu_test_util.h"
 
 namespace lithe::cpu {
 namespace {
-
-std::vector<Isa> available_isas() {
-  std::vector<Isa> out;
-  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512})
-    if (static_cast<int>(i) <= static_cast<int>(detected_isa())) out.push_back(i);
-  return out;
-}
 
 // Restores the ISA and the split policy; each test runs every ISA twice, on the calling thread
 // only and split over the pool (split_pass() tells which).

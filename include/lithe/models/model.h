@@ -82,7 +82,7 @@ class Model {
 
   // Activations, grown on demand: [rows, features].
   int64_t ws_rows_ = 0;
-  Tensor x_, h_, q_, k_, v_, attn_, gate_, up_, logits_in_, logits_out_;
+  Tensor x_, h_, q_, k_, v_, attn_, gate_, up_;
 };
 
 }  // namespace lithe

@@ -55,16 +55,6 @@ inline float ld(const uint8_t* dx, int64_t b) {
   return v;
 }
 
-// ggml's get_scale_min_k4 (layout in ggml_blocks.h).
-inline void scale_min_k4(int j, const uint8_t* q, int& sc, int& m) {
-  if (j < 4) {
-    sc = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
 
 float dot_q4_0(const uint8_t* w, const uint8_t* dx, const int8_t* qx, int64_t n) {
   float sum = 0.0f;

@@ -146,4 +146,16 @@ struct LITHE_PACKED BlockQ8_K {
 };
 static_assert(sizeof(BlockQ8_K) == 292);
 
+// ggml's get_scale_min_k4: the 6-bit scale and min of sub-block j (0..7) from the 12 packed
+// scale bytes of a q4_k / q5_k block.
+inline void scale_min_k4(int j, const uint8_t* q, int& sc, int& m) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
 }  // namespace lithe::ggml

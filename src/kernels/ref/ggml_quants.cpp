@@ -202,16 +202,6 @@ void deq_q3_k(const void* src, float* y, int64_t nb) {
   }
 }
 
-// ggml's get_scale_min_k4: 6-bit scale and min of sub-block j (0..7) of q4_k / q5_k.
-inline void scale_min_k4(int j, const uint8_t* q, int& sc, int& m) {
-  if (j < 4) {
-    sc = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
 
 void deq_q4_k(const void* src, float* y, int64_t nb) {
   const auto* x = static_cast<const BlockQ4_K*>(src);

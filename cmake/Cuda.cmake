@@ -10,6 +10,8 @@ if(LITHE_CUDA)
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
       set(CMAKE_CUDA_ARCHITECTURES 80-real 90a-real)
     endif()
+    # One CUDA runtime in the process: the shared one that CUDA::cudart (host code) also links.
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
     enable_language(CUDA)
     # CMake 3.25 knows nvcc's dialects only up to C++17; nvcc 12+ accepts -std=c++20.
     set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")

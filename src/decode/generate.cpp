@@ -44,23 +44,32 @@ Result<GenerateResult> generate(Model& model, KvCache& cache, std::vector<int32_
 
   GenerateResult res;
   const int32_t vocab = static_cast<int32_t>(model.config().vocab_size);
-  std::vector<float> logits;
+  Sampler sampler(opts.sampling);
+  // When sampling needs only the k best logits, only those leave the backend (the device reduces
+  // the vocabulary); otherwise the whole row does.
+  const int k = std::min(sampler.candidates_needed(), vocab);
+  std::vector<float> logits, top_vals;
+  std::vector<int32_t> top_ids;
+  auto run = [&](std::span<const int32_t> tokens) -> Status {
+    if (k == 0) return model.forward(cache, tokens, false, logits);
+    return model.forward_top_k(cache, tokens, k, top_vals, top_ids);
+  };
   const auto t0 = Clock::now();
   for (size_t i = common; i < prompt.size(); i += static_cast<size_t>(opts.prefill_chunk)) {
     const size_t n = std::min(prompt.size() - i, static_cast<size_t>(opts.prefill_chunk));
-    LITHE_TRY(model.forward(cache, std::span<const int32_t>(prompt.data() + i, n), false, logits));
+    LITHE_TRY(run(std::span<const int32_t>(prompt.data() + i, n)));
   }
   res.prompt_tokens = static_cast<int64_t>(prompt.size() - common);
   res.prompt_seconds = seconds_since(t0);
 
-  Sampler sampler(opts.sampling);
   StreamDecoder stream(model.tokenizer());
   std::string pending;  // decoded but not yet emitted (possible stop-string prefix)
   bool stop_string_hit = false;
   const auto t1 = Clock::now();
   res.finish_reason = "length";
   for (int64_t step = 0; step < opts.max_tokens; ++step) {
-    const int32_t id = sampler.sample(std::span<float>(logits.data(), static_cast<size_t>(vocab)), history);
+    const int32_t id = k > 0 ? sampler.sample_top(top_vals, top_ids)
+                             : sampler.sample(std::span<float>(logits.data(), static_cast<size_t>(vocab)), history);
     res.tokens.push_back(id);
     history.push_back(id);
     if (opts.stop_at_eog && model.tokenizer().is_eog(id)) {
@@ -95,7 +104,7 @@ Result<GenerateResult> generate(Model& model, KvCache& cache, std::vector<int32_
       break;
     }
     if (step + 1 == opts.max_tokens) break;
-    LITHE_TRY(model.forward(cache, std::span<const int32_t>(&history.back(), 1), false, logits));
+    LITHE_TRY(run(std::span<const int32_t>(&history.back(), 1)));
   }
   if (!stop_string_hit) {  // emit what was held back, and any incomplete UTF-8 tail
     pending += stream.flush();

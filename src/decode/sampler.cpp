@@ -31,7 +31,7 @@ double Sampler::logprob(std::span<const float> logits, int32_t id) {
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
   const auto vocab = static_cast<int32_t>(logits.size());
   // Penalties over the last repeat_last_n tokens.
-  if (p_.repeat_last_n > 0 && (p_.repeat_penalty != 1.0f || p_.frequency_penalty != 0 || p_.presence_penalty != 0)) {
+  if (penalties_on()) {
     std::unordered_map<int32_t, int> counts;
     const size_t n = std::min(history.size(), static_cast<size_t>(p_.repeat_last_n));
     for (size_t i = history.size() - n; i < history.size(); ++i) counts[history[i]]++;
@@ -54,6 +54,28 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
   std::partial_sort(cand_.begin(), cand_.begin() + static_cast<long>(keep), cand_.end(),
                     [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
   cand_.resize(keep);
+  return finish();
+}
+
+bool Sampler::penalties_on() const {
+  return p_.repeat_last_n > 0 && (p_.repeat_penalty != 1.0f || p_.frequency_penalty != 0 || p_.presence_penalty != 0);
+}
+
+int Sampler::candidates_needed() const {
+  if (penalties_on()) return 0;
+  if (p_.temperature <= 0) return 1;
+  return std::max(p_.top_k, 0);
+}
+
+int32_t Sampler::sample_top(std::span<const float> vals, std::span<const int32_t> ids) {
+  if (p_.temperature <= 0) return ids[0];  // (no draw, as sample())
+  cand_.clear();
+  for (size_t i = 0; i < vals.size(); ++i) cand_.emplace_back(vals[i], ids[i]);
+  return finish();
+}
+
+int32_t Sampler::finish() {
+  size_t keep = cand_.size();
   // Probabilities of the survivors (before temperature, as llama.cpp's top-p/min-p see them).
   const float mx = cand_[0].first;
   std::vector<double> prob(cand_.size());

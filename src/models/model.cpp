@@ -84,12 +84,14 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
   bool warned = false;
   auto prep = [&](Tensor t) -> Result<Tensor> {
     const bool matrix = t.ndim() == 2;
-    if ((!matrix && t.dtype() != DType::f32) || (matrix && options.dequantize && t.dtype() != DType::f32) ||
-        (matrix && !m->backend_->supports_weight(t.dtype()))) {
+    DType want = t.dtype();
+    if (!matrix || options.dequantize) want = DType::f32;
+    else if (!m->backend_->supports_weight(t.dtype())) want = m->backend_->fallback_weight_dtype();
+    if (want != t.dtype()) {
       if (matrix && !options.dequantize && !std::exchange(warned, true))
-        log::warn("{} weights are not supported by the {} kernels: dequantizing to f32", dtype_name(t.dtype()),
-                  m->backend_->name());
-      LITHE_ASSIGN(Tensor f, convert(t, DType::f32));
+        log::warn("{} weights are not supported by the {} kernels: dequantizing to {}", dtype_name(t.dtype()),
+                  m->backend_->name(), dtype_name(want));
+      LITHE_ASSIGN(Tensor f, convert(t, want));
       m->owned_.push_back(f);
       t = f;
     }
@@ -143,34 +145,71 @@ Result<KvCache> Model::new_cache(int64_t capacity, DType kv_dtype) {
   return KvCache::create(config_.n_layers, capacity, config_.kv_dim(), kv_dtype, backend_->device());
 }
 
-Status Model::ensure_workspace(int64_t m) {
-  if (m <= ws_rows_) return Status::ok();
+Status Model::ensure_workspace(int64_t m, int64_t out_rows) {
   const ModelConfig& c = config_;
-  const int64_t rows = std::max<int64_t>(m, 1);
-  LITHE_ASSIGN(x_, backend_->alloc(DType::f32, {rows, c.d_model}));
-  LITHE_ASSIGN(h_, backend_->alloc(DType::f32, {rows, c.d_model}));
-  LITHE_ASSIGN(q_, backend_->alloc(DType::f32, {rows, c.q_dim()}));
-  LITHE_ASSIGN(k_, backend_->alloc(DType::f32, {rows, c.kv_dim()}));
-  LITHE_ASSIGN(v_, backend_->alloc(DType::f32, {rows, c.kv_dim()}));
-  LITHE_ASSIGN(attn_, backend_->alloc(DType::f32, {rows, c.q_dim()}));
-  LITHE_ASSIGN(gate_, backend_->alloc(DType::f32, {rows, c.d_ff}));
-  LITHE_ASSIGN(up_, backend_->alloc(DType::f32, {rows, c.d_ff}));
-  ws_rows_ = rows;
+  if (m > ws_rows_) {
+    const int64_t rows = std::max<int64_t>(m, 1);
+    LITHE_ASSIGN(x_, backend_->alloc(DType::f32, {rows, c.d_model}));
+    LITHE_ASSIGN(h_, backend_->alloc(DType::f32, {rows, c.d_model}));
+    LITHE_ASSIGN(q_, backend_->alloc(DType::f32, {rows, c.q_dim()}));
+    LITHE_ASSIGN(k_, backend_->alloc(DType::f32, {rows, c.kv_dim()}));
+    LITHE_ASSIGN(v_, backend_->alloc(DType::f32, {rows, c.kv_dim()}));
+    LITHE_ASSIGN(attn_, backend_->alloc(DType::f32, {rows, c.q_dim()}));
+    LITHE_ASSIGN(gate_, backend_->alloc(DType::f32, {rows, c.d_ff}));
+    LITHE_ASSIGN(up_, backend_->alloc(DType::f32, {rows, c.d_ff}));
+    ws_rows_ = rows;
+    ++ws_generation_;
+  }
+  if (out_rows > out_rows_) {
+    LITHE_ASSIGN(head_in_, backend_->alloc(DType::f32, {out_rows, c.d_model}));
+    LITHE_ASSIGN(logits_, backend_->alloc(DType::f32, {out_rows, c.vocab_size}));
+    out_rows_ = out_rows;
+    ++ws_generation_;
+  }
   return Status::ok();
 }
 
-Status Model::forward(KvCache& cache, std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
-  std::vector<int32_t> pos(tokens.size());
+namespace {
+// Positions continuing the cache's last one.
+std::vector<int32_t> next_positions(const KvCache& cache, size_t n) {
+  std::vector<int32_t> pos(n);
   const int32_t start = cache.size() == 0 ? 0 : cache.positions()[cache.size() - 1] + 1;
-  for (size_t i = 0; i < pos.size(); ++i) pos[i] = start + static_cast<int32_t>(i);
+  for (size_t i = 0; i < n; ++i) pos[i] = start + static_cast<int32_t>(i);
+  return pos;
+}
+}  // namespace
+
+Status Model::forward(KvCache& cache, std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
+  const std::vector<int32_t> pos = next_positions(cache, tokens.size());
   SequenceInput in{&cache, tokens, pos, all_logits};
   return forward(std::span<const SequenceInput>(&in, 1), logits);
 }
 
+Status Model::forward_top_k(KvCache& cache, std::span<const int32_t> tokens, int k, std::vector<float>& vals,
+                            std::vector<int32_t>& ids) {
+  const std::vector<int32_t> pos = next_positions(cache, tokens.size());
+  SequenceInput in{&cache, tokens, pos, false};
+  return forward_top_k(std::span<const SequenceInput>(&in, 1), k, vals, ids);
+}
+
 Status Model::forward(std::span<const SequenceInput> batch, std::vector<float>& logits) {
-  const ModelConfig& c = config_;
+  LITHE_ASSIGN(int64_t rows, forward_device(batch));
+  logits.resize(static_cast<size_t>(rows * config_.vocab_size));
+  return backend_->to_host(logits_, rows, logits.data());
+}
+
+Status Model::forward_top_k(std::span<const SequenceInput> batch, int k, std::vector<float>& vals,
+                            std::vector<int32_t>& ids) {
+  LITHE_ASSIGN(int64_t rows, forward_device(batch));
+  vals.resize(static_cast<size_t>(rows * k));
+  ids.resize(static_cast<size_t>(rows * k));
+  return backend_->top_k(logits_, rows, k, vals.data(), ids.data());
+}
+
+Result<int64_t> Model::forward_device(std::span<const SequenceInput> batch) {
   std::vector<int32_t> ids, pos;
   int64_t out_rows = 0;
+  bool decode = true;  // one token per sequence: a step the backend may capture and replay
   for (const auto& s : batch) {
     if (s.cache == nullptr || s.tokens.size() != s.positions.size() || s.tokens.empty())
       return error(StatusCode::invalid_argument, "forward: each sequence needs a cache and one position per token "
@@ -180,28 +219,48 @@ Status Model::forward(std::span<const SequenceInput> batch, std::vector<float>& 
       pos.push_back(s.positions[i]);
     }
     out_rows += s.all_logits ? static_cast<int64_t>(s.tokens.size()) : 1;
+    decode = decode && s.tokens.size() == 1;
   }
   const auto m = static_cast<int64_t>(ids.size());
-  LITHE_TRY(ensure_workspace(m));
+  LITHE_TRY(ensure_workspace(m, out_rows));
+  // The step's structure: which caches, how many rows, which workspace. Equal keys, equal ops.
+  uint64_t key = 0;
+  if (decode) {
+    auto mix = [&key](uint64_t v) { key = (key ^ v) * 0x100000001b3ull + 0x9e3779b97f4a7c15ull; };
+    mix(static_cast<uint64_t>(m));
+    mix(ws_generation_);
+    for (const auto& s : batch) {
+      mix(s.cache->id());
+      mix(s.all_logits ? 1 : 2);
+    }
+    LITHE_TRY(backend_->begin_step(key));
+  }
+  Status st = forward_ops(batch, ids, pos, m);
+  if (decode) {
+    Status end = backend_->end_step(st.is_ok());
+    if (st.is_ok()) st = end;
+  }
+  LITHE_TRY(st);
+  return out_rows;
+}
+
+Status Model::forward_ops(std::span<const SequenceInput> batch, const std::vector<int32_t>& ids,
+                          const std::vector<int32_t>& pos, int64_t m) {
+  const ModelConfig& c = config_;
   LITHE_TRY(backend_->embedding(weights_.tok_embd, ids.data(), m, x_));
   LITHE_TRY(run_layers(m, batch, pos));
-
   // Final norm of only the rows whose logits are wanted, written straight into the head's input.
-  LITHE_ASSIGN(Tensor rows, backend_->alloc(DType::f32, {out_rows, c.d_model}));
   int64_t r0 = 0, out_r = 0;
   for (const auto& s : batch) {
     const auto n = static_cast<int64_t>(s.tokens.size());
     const int64_t k = s.all_logits ? n : 1;
     LITHE_ASSIGN(Tensor src, x_.slice_rows(r0 + n - k, r0 + n));
-    LITHE_ASSIGN(Tensor dst, rows.slice_rows(out_r, out_r + k));
+    LITHE_ASSIGN(Tensor dst, head_in_.slice_rows(out_r, out_r + k));
     LITHE_TRY(backend_->rmsnorm(src, k, weights_.out_norm, static_cast<float>(c.rms_eps), dst));
     r0 += n;
     out_r += k;
   }
-  LITHE_ASSIGN(Tensor out, backend_->alloc(DType::f32, {out_rows, c.vocab_size}));
-  LITHE_TRY(backend_->linear(weights_.output, rows, out_rows, out));
-  logits.resize(static_cast<size_t>(out_rows * c.vocab_size));
-  return backend_->to_host(out, out_rows, logits.data());
+  return backend_->linear(weights_.output, head_in_, out_r, logits_);
 }
 
 Status Model::run_layers(int64_t m, std::span<const SequenceInput> batch, const std::vector<int32_t>& pos) {
@@ -218,9 +277,9 @@ Status Model::run_layers(int64_t m, std::span<const SequenceInput> batch, const 
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
     LITHE_TRY(be.rmsnorm(x_, m, L.attn_norm, eps, h_));
-    LITHE_TRY(be.linear(L.wq, h_, m, q_));
-    LITHE_TRY(be.linear(L.wk, h_, m, k_));
-    LITHE_TRY(be.linear(L.wv, h_, m, v_));
+    const Tensor* qkv_w[] = {&L.wq, &L.wk, &L.wv};
+    Tensor* qkv_y[] = {&q_, &k_, &v_};
+    LITHE_TRY(be.linear_many(qkv_w, h_, m, qkv_y));
     if (c.qkv_bias) {
       LITHE_TRY(be.add_bias(q_, m, L.bq));
       LITHE_TRY(be.add_bias(k_, m, L.bk));
@@ -238,14 +297,10 @@ Status Model::run_layers(int64_t m, std::span<const SequenceInput> batch, const 
       LITHE_TRY(be.attention(*batch[i].cache, l, q, k, v, n, pos.data() + r0, slots[i].data(), shape, o));
       r0 += n;
     }
-    LITHE_TRY(be.linear(L.wo, attn_, m, h_));
-    LITHE_TRY(be.add(x_, h_, m));
+    LITHE_TRY(be.linear_residual(L.wo, attn_, m, x_, h_));
     LITHE_TRY(be.rmsnorm(x_, m, L.ffn_norm, eps, h_));
-    LITHE_TRY(be.linear(L.w_gate, h_, m, gate_));
-    LITHE_TRY(be.linear(L.w_up, h_, m, up_));
-    LITHE_TRY(be.silu_mul(gate_, up_, m));
-    LITHE_TRY(be.linear(L.w_down, gate_, m, h_));
-    LITHE_TRY(be.add(x_, h_, m));
+    LITHE_TRY(be.swiglu(L.w_gate, L.w_up, h_, m, gate_, up_));
+    LITHE_TRY(be.linear_residual(L.w_down, gate_, m, x_, h_));
   }
   return Status::ok();
 }

@@ -137,9 +137,5 @@ class CpuBackend final : public Backend {
 
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
-Result<std::unique_ptr<Backend>> make_backend(Device device) {
-  if (device == Device::cpu) return make_cpu_backend();
-  return error(StatusCode::unsupported, "the cuda backend is not built yet: use --device cpu");
-}
 
 }  // namespace lithe

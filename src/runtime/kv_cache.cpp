@@ -1,5 +1,7 @@
 #include "lithe/runtime/kv_cache.h"
 
+#include <atomic>
+
 namespace lithe {
 
 Result<KvCache> KvCache::create(int64_t n_layers, int64_t capacity, int64_t kv_dim, DType dtype, Device device) {
@@ -8,22 +10,30 @@ Result<KvCache> KvCache::create(int64_t n_layers, int64_t capacity, int64_t kv_d
   if (n_layers <= 0 || capacity <= 0 || kv_dim <= 0)
     return error(StatusCode::invalid_argument, "KV cache of {} layers x {} slots x {} is empty", n_layers, capacity,
                  kv_dim);
+  static std::atomic<uint64_t> next_id{1};
   KvCache c;
+  c.id_ = next_id++;
   c.capacity_ = capacity;
   c.kv_dim_ = kv_dim;
   c.dtype_ = dtype;
   c.pos_.assign(static_cast<size_t>(capacity), 0);
+  // One allocation for all layers (K then V per layer), so a cache that does not fit fails once,
+  // with the allocator's message naming the bytes asked for and the bytes free.
+  const size_t slab = static_cast<size_t>(capacity * kv_dim) * dtype_traits(dtype).block_bytes;
+  auto all = Tensor::empty(dtype, {n_layers * 2, capacity, kv_dim}, device);
+  if (!all) {
+    const double gib = 2.0 * static_cast<double>(n_layers) * static_cast<double>(slab) / (1u << 30);
+    return error(StatusCode::out_of_memory, "KV cache for {} tokens x {} layers ({:.2f} GiB) does not fit: {}",
+                 capacity, n_layers, gib, all.status().message());
+  }
   for (int64_t l = 0; l < n_layers; ++l) {
-    auto k = Tensor::empty(dtype, {capacity, kv_dim}, device);
-    auto v = Tensor::empty(dtype, {capacity, kv_dim}, device);
-    if (!k || !v) {
-      const double gib = 2.0 * static_cast<double>(n_layers * capacity * kv_dim * dtype_traits(dtype).block_bytes) /
-                         (1u << 30);
-      return error(StatusCode::out_of_memory, "KV cache for {} tokens ({:.2f} GiB) does not fit: {}; lower --ctx",
-                   capacity, gib, (!k ? k.status() : v.status()).message());
-    }
-    c.k_.push_back(std::move(*k));
-    c.v_.push_back(std::move(*v));
+    LITHE_ASSIGN(Tensor k, Tensor::view(all->buffer(), static_cast<size_t>(2 * l) * slab, dtype, {capacity, kv_dim}));
+    LITHE_ASSIGN(Tensor v, Tensor::view(all->buffer(), static_cast<size_t>(2 * l + 1) * slab, dtype, {capacity, kv_dim}));
+    c.k_.push_back(std::move(k));
+    c.v_.push_back(std::move(v));
+  }
+  if (device != Device::cpu) {
+    LITHE_ASSIGN(c.pos_dev_, Tensor::empty(DType::i32, {capacity}, device));
   }
   return c;
 }

@@ -20,9 +20,10 @@ struct ModelOptions {
   int64_t ctx = 0;  // 0: the command's default
   std::string kv_type = "f32";
 
-  void add(CLI::App& app, int64_t default_ctx) {
+  void add(CLI::App& app, int64_t default_ctx, bool model_required = true) {
     ctx = default_ctx;
-    app.add_option("-m,--model", model, "model: a .gguf file or a checkpoint directory")->required();
+    auto* m = app.add_option("-m,--model", model, "model: a .gguf file or a checkpoint directory");
+    if (model_required) m->required();
     app.add_option("--device", device, "cpu or cuda")->capture_default_str();
     app.add_flag("--dequantize", dequantize, "load every weight as f32 (the full-precision baseline)");
     app.add_option("-c,--ctx", ctx, "context length (KV cache slots)")->capture_default_str();

@@ -31,6 +31,9 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
 };
 
+// The shapes of a well-known model by name (llama2-7b, llama3-8b, llama2-13b), for synthetic runs.
+Result<ModelConfig> synthetic_config(std::string_view name);
+
 struct LoadOptions {
   Device device = Device::cpu;
   bool dequantize = false;  // every matrix as f32: the full-precision baseline
@@ -64,11 +67,27 @@ class Model {
   Status forward(std::span<const SequenceInput> batch, std::vector<float>& logits);
   // One sequence; positions continue from cache.size().
   Status forward(KvCache& cache, std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits);
+  // As forward, but only the k largest logits of each row leave the backend (value descending,
+  // ties by smaller id): vals/ids have rows x k entries afterwards. Greedy and top-k sampling
+  // need nothing more, so a GPU copies k values per token instead of the vocabulary.
+  Status forward_top_k(std::span<const SequenceInput> batch, int k, std::vector<float>& vals,
+                       std::vector<int32_t>& ids);
+  Status forward_top_k(KvCache& cache, std::span<const int32_t> tokens, int k, std::vector<float>& vals,
+                       std::vector<int32_t>& ids);
+  // A model with `config`'s shapes and uniform random weights of `dtype` made on the device (no
+  // file, no tokenizer): for measuring speed at real sizes without real weights.
+  static Result<std::unique_ptr<Model>> synthetic(const ModelConfig& config, DType dtype, Device device,
+                                                  uint64_t seed = 1);
+  bool has_tokenizer() const { return tokenizer_ != nullptr; }
 
  private:
   Model() = default;
+  // Runs the batch and leaves its logits rows in logits_; returns the number of rows.
+  Result<int64_t> forward_device(std::span<const SequenceInput> batch);
+  Status forward_ops(std::span<const SequenceInput> batch, const std::vector<int32_t>& ids,
+                     const std::vector<int32_t>& pos, int64_t m);
   Status run_layers(int64_t m, std::span<const SequenceInput> batch, const std::vector<int32_t>& pos);
-  Status ensure_workspace(int64_t m);
+  Status ensure_workspace(int64_t m, int64_t out_rows);
 
   std::string path_;
   std::unique_ptr<ModelFile> file_;  // keeps the mapped weights alive
@@ -80,9 +99,11 @@ class Model {
   cpu::RopeTable rope_;
   std::vector<Tensor> owned_;  // dequantized weights when LoadOptions::dequantize
 
-  // Activations, grown on demand: [rows, features].
-  int64_t ws_rows_ = 0;
+  // Activations, grown on demand (and otherwise stable, so a captured step stays valid): [rows, features].
+  int64_t ws_rows_ = 0, out_rows_ = 0;
+  uint64_t ws_generation_ = 0;  // bumped whenever a workspace tensor moves (part of the step key)
   Tensor x_, h_, q_, k_, v_, attn_, gate_, up_;
+  Tensor head_in_, logits_;  // [out_rows, d_model], [out_rows, vocab]
 };
 
 }  // namespace lithe

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 
 #include "lithe/core/tensor.h"
 #include "lithe/kernels/cpu.h"
@@ -50,9 +51,42 @@ class Backend {
                            Tensor& out) = 0;
   // Copies `m` rows of f32 activations to host memory.
   virtual Status to_host(const Tensor& x, int64_t m, float* dst) = 0;
+
+  // ---- fused ops: defaults compose the primitives above; a backend overrides what it can fuse.
+  // The dtype unsupported matrices are converted to at load (CPU: f32; CUDA: f16).
+  virtual DType fallback_weight_dtype() const { return DType::f32; }
+  // Several projections of one input (q/k/v): ys[j] = x · ws[j]ᵀ.
+  virtual Status linear_many(std::span<const Tensor* const> ws, const Tensor& x, int64_t m, std::span<Tensor*> ys);
+  // y += x · wᵀ (a residual connection), `scratch` at least [m, n_out] for backends that need it.
+  virtual Status linear_residual(const Tensor& w, const Tensor& x, int64_t m, Tensor& y, Tensor& scratch);
+  // gate = silu(x · w_gateᵀ) * (x · w_upᵀ); `up` is scratch of the same shape.
+  virtual Status swiglu(const Tensor& w_gate, const Tensor& w_up, const Tensor& x, int64_t m, Tensor& gate,
+                        Tensor& up);
+  // The k largest logits of each of `rows` rows with their ids (value descending, ties by smaller
+  // id), into host arrays [rows][k]. Lets a device reduce the vocabulary before anything is copied.
+  virtual Status top_k(const Tensor& logits, int64_t rows, int k, float* vals, int32_t* ids);
+  // Fills a tensor of this backend with uniform values in center +- scale from `seed` (synthetic
+  // models of real shapes, for benchmarks).
+  virtual Status fill_random(Tensor& t, uint64_t seed, float center, float scale);
+
+  // ---- step capture: the ops issued between begin_step(key) and end_step() form one step; a
+  // backend may record them the first times it sees `key` and replay the recording afterwards,
+  // refreshing only the host arrays (ids, positions, slots, cache lengths) the ops are given. Equal
+  // keys promise the same op sequence on the same tensors. end_step(false) abandons a step whose
+  // ops failed. Defaults: run ops as they come.
+  virtual Status begin_step(uint64_t key) {
+    (void)key;
+    return Status::ok();
+  }
+  virtual Status end_step(bool run = true) {
+    (void)run;
+    return Status::ok();
+  }
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
+// The CUDA backend on device 0; an error when built without CUDA or no device is present.
+Result<std::unique_ptr<Backend>> make_cuda_backend();
 // The backend for `device`: cpu always; cuda when built with CUDA and a device is present.
 Result<std::unique_ptr<Backend>> make_backend(Device device);
 

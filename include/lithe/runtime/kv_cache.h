@@ -16,6 +16,9 @@ class KvCache {
   static Result<KvCache> create(int64_t n_layers, int64_t capacity, int64_t kv_dim, DType dtype,
                                 Device device = Device::cpu);
 
+  // Unique per created cache (kept by moves): tells one cache's buffers from another's even when
+  // a new cache object reuses a freed one's address.
+  uint64_t id() const { return id_; }
   int64_t n_layers() const { return static_cast<int64_t>(k_.size()); }
   int64_t capacity() const { return capacity_; }
   int64_t kv_dim() const { return kv_dim_; }
@@ -33,11 +36,16 @@ class KvCache {
   Tensor& k(int64_t layer) { return k_[static_cast<size_t>(layer)]; }
   Tensor& v(int64_t layer) { return v_[static_cast<size_t>(layer)]; }
   const int32_t* positions() const { return pos_.data(); }
+  // On a device cache, the positions mirrored in device memory ([capacity] i32; the backend writes
+  // the new slots' positions there when it stores their K/V). Undefined on a host cache.
+  Tensor& device_positions() { return pos_dev_; }
 
  private:
   std::vector<Tensor> k_, v_;  // per layer: [capacity, kv_dim]
   std::vector<int32_t> pos_;   // [capacity]
+  Tensor pos_dev_;             // [capacity] on the device, for device caches
   int64_t capacity_ = 0, kv_dim_ = 0, size_ = 0;
+  uint64_t id_ = 0;
   DType dtype_ = DType::f32;
 };
 

@@ -1,0 +1,325 @@
+// Decode matrix-vector benchmark: lithe's cuda::matvec against cuBLAS (cublasGemmEx) on the
+// Llama-2-7B decode shapes and a small model's, printing a markdown table.
+//
+// What is measured
+// - Copy bandwidth first: cudaMemcpyAsync device-to-device of 1 GiB, bytes = 2 x size (read and
+//   write), median of 20. Every kernel's rate is also given as a fraction of it.
+// - Each timed run reads weights from HBM, not L2: runs rotate over K copies of the weights,
+//   K = max(2, ceil(3 x L2 / weight bytes)), so the bytes between two reads of one copy exceed
+//   3x the L2.
+// - Runs are queued behind a spin kernel (so the CPU's launch cost is hidden), 3 warm-up runs
+//   first. "us": median over >= 50 runs of the time between events recorded between consecutive
+//   runs (each run isolated; includes the event's own cost, see the empty-kernel line). "b2b us":
+//   the same runs queued back to back with no events between them, total / runs, as when a CUDA
+//   graph replays. GB/s and "of copy" count weight bytes only (x and y stay in L2).
+// - cuBLAS: y = x Wᵀ as one GEMM over the matrices stacked (no epilogue), inputs in the weight
+//   type (x converted), f32 output and compute. "rel diff" = max |matvec - cuBLAS| / max |cuBLAS|
+//   with the store epilogue on copy 0 (x rounded to f16/bf16 for cuBLAS: ~1e-3 is expected).
+// Usage: bench_cuda_matvec [--quick]   (--quick: 20 runs per row, f16 only)
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "lithe/kernels/cuda_ops.h"
+
+namespace {
+
+using lithe::cuda::Epilogue;
+using lithe::cuda::MatvecOut;
+using lithe::cuda::WeightType;
+
+void die(const char* what, const char* err, int line) {
+  std::fprintf(stderr, "bench_cuda_matvec:%d: %s failed: %s\n", line, what, err);
+  std::exit(1);
+}
+void check(cudaError_t e, const char* what, int line) {
+  if (e != cudaSuccess) die(what, cudaGetErrorString(e), line);
+}
+void check(cublasStatus_t e, const char* what, int line) {
+  if (e != CUBLAS_STATUS_SUCCESS) die(what, cublasGetStatusString(e), line);
+}
+void check(const lithe::Status& s, const char* what, int line) {
+  if (!s.is_ok()) die(what, s.to_string().c_str(), line);
+}
+#define CK(x) check((x), #x, __LINE__)
+
+// Deterministic pseudo-random values in [-scale, scale) written as T.
+template <typename T>
+__global__ void fill_kernel(T* p, size_t n, uint32_t seed, float scale) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    const float v = (static_cast<float>(h >> 8) * (1.f / 16777216.f) * 2.f - 1.f) * scale;
+    if constexpr (std::is_same_v<T, float>)
+      p[i] = v;
+    else if constexpr (std::is_same_v<T, __half>)
+      p[i] = __float2half(v);
+    else
+      p[i] = __float2bfloat16(v);
+  }
+}
+
+template <typename T>
+void fill(void* p, size_t n, uint32_t seed, float scale) {
+  fill_kernel<T><<<1024, 256>>>(static_cast<T*>(p), n, seed, scale);
+  CK(cudaGetLastError());
+}
+void fill(WeightType t, void* p, size_t n, uint32_t seed, float scale) {
+  if (t == WeightType::f32) fill<float>(p, n, seed, scale);
+  if (t == WeightType::f16) fill<__half>(p, n, seed, scale);
+  if (t == WeightType::bf16) fill<__nv_bfloat16>(p, n, seed, scale);
+}
+
+// Holds the stream busy for `ns` nanoseconds (globaltimer), so the launches queued behind it run
+// back to back whatever the CPU's launch cost.
+__global__ void spin_kernel(uint64_t ns) {
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
+struct Timing {
+  double median_us, b2b_us;  // isolated runs (median), back to back (mean)
+};
+
+__global__ void empty_kernel() {}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Times launch(i) for i = 0..reps-1 queued behind a spin kernel, an event between runs.
+template <typename F>
+Timing time_runs(F&& launch, int reps, cudaStream_t s) {
+  for (int i = 0; i < 3; ++i) launch(i);
+  std::vector<cudaEvent_t> ev(reps + 1);
+  for (auto& e : ev) CK(cudaEventCreate(&e));
+  spin_kernel<<<1, 1, 0, s>>>(2'000'000 + 60'000ull * reps);
+  CK(cudaEventRecord(ev[0], s));
+  for (int i = 0; i < reps; ++i) {
+    launch(i);
+    CK(cudaEventRecord(ev[i + 1], s));
+  }
+  CK(cudaStreamSynchronize(s));
+  std::vector<double> us(reps);
+  for (int i = 0; i < reps; ++i) {
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]));
+    us[i] = ms * 1e3;
+  }
+  // Back to back: no event between runs (as in a replayed graph), time = total / runs.
+  spin_kernel<<<1, 1, 0, s>>>(2'000'000 + 60'000ull * reps);
+  CK(cudaEventRecord(ev[0], s));
+  for (int i = 0; i < reps; ++i) launch(i);
+  CK(cudaEventRecord(ev[1], s));
+  CK(cudaStreamSynchronize(s));
+  float b2b = 0;
+  CK(cudaEventElapsedTime(&b2b, ev[0], ev[1]));
+  for (auto& e : ev) CK(cudaEventDestroy(e));
+  return {median(us), b2b * 1e3 / reps};
+}
+
+double copy_bandwidth(int reps, cudaStream_t s) {
+  const size_t bytes = size_t{1} << 30;
+  void *a, *b;
+  CK(cudaMalloc(&a, bytes));
+  CK(cudaMalloc(&b, bytes));
+  CK(cudaMemsetAsync(a, 1, bytes, s));
+  const Timing t = time_runs([&](int) { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s)); }, reps, s);
+  CK(cudaFree(a));
+  CK(cudaFree(b));
+  return 2.0 * bytes / (t.median_us * 1e-6) / 1e9;
+}
+
+struct Shape {
+  const char* name;
+  std::vector<int64_t> n_outs;
+  int64_t n_in;
+  Epilogue e;
+};
+
+size_t type_size(WeightType t) { return t == WeightType::f32 ? 4 : 2; }
+const char* type_name(WeightType t) { return t == WeightType::f32 ? "f32" : t == WeightType::f16 ? "f16" : "bf16"; }
+cudaDataType cuda_type(WeightType t) {
+  return t == WeightType::f32 ? CUDA_R_32F : t == WeightType::f16 ? CUDA_R_16F : CUDA_R_16BF;
+}
+const char* epi_name(Epilogue e) {
+  return e == Epilogue::store ? "store" : e == Epilogue::accumulate ? "accumulate" : "swiglu";
+}
+
+struct Bench {
+  cudaStream_t s;
+  cublasHandle_t blas;
+  size_t l2;
+  double copy_gbs;
+  int reps;
+};
+
+// One table row: shape x weight type x m.
+void bench_row(Bench& b, const Shape& sh, WeightType t, int m) {
+  int64_t n_total = 0;
+  for (int64_t n : sh.n_outs) n_total += n;
+  const size_t w_elems = static_cast<size_t>(n_total * sh.n_in);
+  const size_t w_bytes = w_elems * type_size(t);
+  const int copies = static_cast<int>(std::max<size_t>(2, (3 * b.l2 + w_bytes - 1) / w_bytes));
+  std::vector<void*> w(copies);
+  for (int k = 0; k < copies; ++k) {
+    CK(cudaMalloc(&w[k], w_bytes));
+    fill(t, w[k], w_elems, 1234 + k, 0.05f);
+  }
+  const int n_mats = static_cast<int>(sh.n_outs.size());
+  const size_t x_elems = static_cast<size_t>(m * sh.n_in);
+  float *x, *yc;
+  void* xt;
+  CK(cudaMalloc(&x, x_elems * 4));
+  CK(cudaMalloc(&xt, x_elems * type_size(t)));
+  CK(cudaMalloc(&yc, static_cast<size_t>(m * n_total) * 4));
+  fill<float>(x, x_elems, 99, 1.f);
+  if (t == WeightType::f32) CK(cudaMemcpy(xt, x, x_elems * 4, cudaMemcpyDeviceToDevice));
+  else fill(t, xt, x_elems, 99, 1.f);  // the same values, rounded to the weight type
+  std::vector<float*> y(n_mats);
+  for (int j = 0; j < n_mats; ++j) CK(cudaMalloc(&y[j], static_cast<size_t>(m * sh.n_outs[j]) * 4));
+  CK(cudaDeviceSynchronize());
+
+  auto outs_for = [&](int k) {
+    std::vector<MatvecOut> o(n_mats);
+    int64_t off = 0;
+    for (int j = 0; j < n_mats; ++j) {
+      o[j] = {static_cast<const char*>(w[k]) + off * sh.n_in * type_size(t), sh.n_outs[j], y[j]};
+      off += sh.n_outs[j];
+    }
+    return o;
+  };
+  std::vector<std::vector<MatvecOut>> outs(copies);
+  for (int k = 0; k < copies; ++k) outs[k] = outs_for(k);
+
+  const Timing mine = time_runs(
+      [&](int i) {
+        const auto& o = outs[i % copies];
+        CK(lithe::cuda::matvec(o.data(), n_mats, t, sh.n_in, x, m, sh.e, b.s));
+      },
+      b.reps, b.s);
+
+  const float alpha = 1.f, beta = 0.f;
+  auto gemm = [&](int k) {
+    CK(cublasGemmEx(b.blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n_total), m, static_cast<int>(sh.n_in),
+                    &alpha, w[k], cuda_type(t), static_cast<int>(sh.n_in), xt, cuda_type(t),
+                    static_cast<int>(sh.n_in), &beta, yc, CUDA_R_32F, static_cast<int>(n_total),
+                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  };
+  const Timing blas = time_runs([&](int i) { gemm(i % copies); }, b.reps, b.s);
+
+  // Sanity: matvec (store) and cuBLAS on copy 0.
+  gemm(0);
+  CK(lithe::cuda::matvec(outs[0].data(), n_mats, t, sh.n_in, x, m, Epilogue::store, b.s));
+  CK(cudaStreamSynchronize(b.s));
+  std::vector<float> ref(static_cast<size_t>(m * n_total));
+  CK(cudaMemcpy(ref.data(), yc, ref.size() * 4, cudaMemcpyDeviceToHost));
+  double max_diff = 0, max_ref = 0;
+  int64_t off = 0;
+  for (int j = 0; j < n_mats; ++j) {
+    const int64_t n = sh.n_outs[j];
+    std::vector<float> got(static_cast<size_t>(m * n));
+    CK(cudaMemcpy(got.data(), y[j], got.size() * 4, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < m; ++i)
+      for (int64_t r = 0; r < n; ++r) {
+        const double want = ref[static_cast<size_t>(i * n_total + off + r)];
+        max_diff = std::max(max_diff, std::fabs(got[static_cast<size_t>(i * n + r)] - want));
+        max_ref = std::max(max_ref, std::fabs(want));
+      }
+    off += n;
+  }
+
+  const double gbs = w_bytes / (mine.median_us * 1e-6) / 1e9;
+  const double blas_gbs = w_bytes / (blas.median_us * 1e-6) / 1e9;
+  const double b2b_gbs = w_bytes / (mine.b2b_us * 1e-6) / 1e9;
+  std::printf(
+      "| %s | %s | %s | %d | %.1f | %d | %.2f | %.0f | %.1f%% | %.2f | %.1f%% | %.2f | %.0f | %.1f%% | %.2f | %.1e |\n",
+      sh.name, epi_name(sh.e), type_name(t), m, w_bytes / 1e6, copies, mine.median_us, gbs, 100 * gbs / b.copy_gbs,
+      mine.b2b_us, 100 * b2b_gbs / b.copy_gbs, blas.median_us, blas_gbs, 100 * blas_gbs / b.copy_gbs, blas.b2b_us,
+      max_ref > 0 ? max_diff / max_ref : max_diff);
+  std::fflush(stdout);
+
+  for (void* p : w) CK(cudaFree(p));
+  for (float* p : y) CK(cudaFree(p));
+  CK(cudaFree(x));
+  CK(cudaFree(xt));
+  CK(cudaFree(yc));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else {
+      std::fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+      return 2;
+    }
+  }
+  int dev_count = 0;
+  if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
+    std::fprintf(stderr, "bench_cuda_matvec: no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp p{};
+  CK(cudaGetDeviceProperties(&p, 0));
+  Bench b{};
+  b.reps = quick ? 20 : 100;
+  b.l2 = static_cast<size_t>(p.l2CacheSize);
+  CK(cudaStreamCreateWithFlags(&b.s, cudaStreamNonBlocking));
+  CK(cublasCreate(&b.blas));
+  CK(cublasSetStream(b.blas, b.s));
+  b.copy_gbs = copy_bandwidth(quick ? 5 : 20, b.s);
+  std::printf("device: %s, sm_%d%d, %d SMs, L2 %.1f MiB; runs per row: %d\n", p.name, p.major, p.minor,
+              p.multiProcessorCount, b.l2 / 1048576.0, b.reps);
+  std::printf("copy bandwidth (1 GiB device-to-device, read + write, median of %d): %.0f GB/s\n", quick ? 5 : 20,
+              b.copy_gbs);
+  const Timing empty = time_runs([&](int) { empty_kernel<<<512, 128, 0, b.s>>>(); }, b.reps, b.s);
+  std::printf("empty kernel (512 blocks): %.2f us per run with events between runs, %.2f us back to back\n\n",
+              empty.median_us, empty.b2b_us);
+
+  const std::vector<Shape> shapes = {
+      {"o_proj 4096x4096", {4096}, 4096, Epilogue::accumulate},
+      {"qkv 3x4096x4096", {4096, 4096, 4096}, 4096, Epilogue::store},
+      {"gate+up 2x11008x4096", {11008, 11008}, 4096, Epilogue::swiglu},
+      {"down 4096x11008", {4096}, 11008, Epilogue::accumulate},
+      {"head 32000x4096", {32000}, 4096, Epilogue::store},
+      {"small 576x1536", {576}, 1536, Epilogue::accumulate},
+      {"small 1536x576", {1536}, 576, Epilogue::store},
+  };
+  std::printf(
+      "| shape (n_out x n_in) | epilogue | weights | m | MB | copies | matvec us | GB/s | of copy | b2b us | b2b of "
+      "copy | cuBLAS us | GB/s | of copy | cuBLAS b2b us | rel diff |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const Shape& sh : shapes) {
+    for (int m : {1, 2, 4, 8}) bench_row(b, sh, WeightType::f16, m);
+    if (!quick) {
+      bench_row(b, sh, WeightType::bf16, 1);
+      bench_row(b, sh, WeightType::f32, 1);
+    }
+  }
+  CK(cublasDestroy(b.blas));
+  CK(cudaStreamDestroy(b.s));
+  return 0;
+}

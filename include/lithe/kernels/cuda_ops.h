@@ -1,0 +1,112 @@
+// Launchers of the CUDA kernels the CUDA backend runs (src/kernels/cuda/*.cu). Host-only header:
+// plain pointers to device memory and a stream, no CUDA headers, so backend code compiles with the
+// host compiler. Every launcher checks its arguments (errors name the value), enqueues its kernels
+// on `stream` without synchronising, and reports launch errors as a Status. Nothing here allocates:
+// scratch memory is passed in, so a sequence of launches can be captured in a CUDA graph.
+//
+// Conventions
+// - Activations are f32, row-major [rows][features], contiguous.
+// - Weights are [n_out][n_in] row-major in f32, f16 or bf16 (WeightType).
+// - Arguments that change from one decode step to the next (token ids, positions, cache slots, the
+//   number of filled cache slots) are read from device memory, never passed by value, so that a
+//   captured graph replays correctly after the host rewrites them.
+#pragma once
+
+#include <cstdint>
+
+#include "lithe/core/status.h"
+
+struct CUstream_st;
+
+namespace lithe::cuda {
+
+using Stream = CUstream_st*;
+
+enum class WeightType { f32, f16, bf16 };
+enum class KvType { f32, f16 };
+enum class RopeMode { interleaved, half };  // as cpu::RopeStyle
+
+// ---- elementwise (elementwise.cu) -----------------------------------------------------------------
+// out[i, :] = f32(table[ids[i], :]); ids are on the device and already range-checked by the caller.
+Status embedding(const void* table, WeightType t, int64_t d, const int32_t* ids, int64_t n, float* out, Stream s);
+// y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w  (x and y may alias).
+Status rmsnorm(const float* x, const float* w, float eps, int64_t m, int64_t n, float* y, Stream s);
+// x += y (n elements).
+Status add(float* x, const float* y, int64_t n, Stream s);
+// y[r, :] += b for r < m.
+Status add_bias(float* y, const float* b, int64_t m, int64_t n, Stream s);
+// gate = silu(gate) * up (n elements).
+Status silu_mul(float* gate, const float* up, int64_t n, Stream s);
+// In-place rotary embedding of x [m][n_heads][head_dim] at positions pos[m] (device). Pair i of
+// the first rot_dim dims turns by pos * inv_freq[i] (inv_freq: rot_dim/2 device floats), angle
+// computed in double as the CPU kernel does. interleaved: pairs (2i, 2i+1); half: (i, i + rot/2).
+Status rope(float* x, int64_t m, int64_t n_heads, int64_t head_dim, const int32_t* pos, const float* inv_freq,
+            int64_t rot_dim, RopeMode mode, Stream s);
+// f32 -> f16 / bf16 (the GEMM's input), n elements.
+Status to_f16(const float* x, int64_t n, void* out, Stream s);
+Status to_bf16(const float* x, int64_t n, void* out, Stream s);
+// Writes rows k[m][kv_dim], v[m][kv_dim] into cache slots slots[m] (device) of k_cache/v_cache
+// ([capacity][kv_dim] in kv), and pos[m] into kv_pos[slots[i]] when kv_pos is not null.
+Status kv_store(const float* k, const float* v, int64_t m, int64_t kv_dim, const int64_t* slots, const int32_t* pos,
+                void* k_cache, void* v_cache, KvType kv, int32_t* kv_pos, Stream s);
+
+// ---- matrix-vector products for decode (matvec.cu) ------------------------------------------------
+// Up to 3 weight matrices sharing one input x [m][n_in], m <= kMatvecMaxRows, computed in one
+// launch: y_j[r, :] = x[r, :] · W_jᵀ. Epilogue:
+//   store:      y_j = result
+//   accumulate: y_j += result            (residual connections fused into the product)
+//   swiglu:     exactly 2 matrices (gate, up) of equal n_out; y_0 = silu(gate) * up, y_1 unused.
+// n_in must be a multiple of 8 (16-byte rows of f16); weights 16-byte aligned.
+inline constexpr int kMatvecMaxRows = 8;
+enum class Epilogue { store, accumulate, swiglu };
+struct MatvecOut {
+  const void* w = nullptr;
+  int64_t n_out = 0;
+  float* y = nullptr;
+};
+Status matvec(const MatvecOut* outs, int n_outs, WeightType t, int64_t n_in, const float* x, int64_t m,
+              Epilogue e, Stream s);
+
+// ---- attention (attention_prefill.cu, attention_decode.cu) ----------------------------------------
+// One sequence's causal attention with grouped KV heads (semantics of cpu::attention):
+// q [n_q][n_heads][head_dim] f32 at positions q_pos[n_q] (device); cache k/v [capacity][kv_stride]
+// in kv type, slot j holding position kv_pos[j] (device); the first *n_kv (device) slots are
+// filled. Query t attends to slots with kv_pos <= q_pos[t]; one that sees none gets zeros.
+// out [n_q][n_heads][head_dim] f32. head_dim in {64, 128}; n_heads a multiple of n_kv_heads.
+struct AttentionParams {
+  const float* q = nullptr;
+  const int32_t* q_pos = nullptr;
+  int64_t n_q = 0;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  KvType kv = KvType::f16;
+  const int32_t* kv_pos = nullptr;
+  const int32_t* n_kv = nullptr;  // device scalar
+  int64_t kv_capacity = 0;        // bounds *n_kv; sizes the decode grid
+  int64_t kv_stride = 0;          // elements between slots (>= n_kv_heads * head_dim)
+  int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  float scale = 0;
+  float* out = nullptr;
+};
+// Tiled flash attention on tensor cores (f16 MMA, f32 softmax and accumulation); for n_q > 8.
+// n_kv_host: the host's value of *n_kv (sizes the loop bounds; prefill is never graph-captured).
+Status attention_prefill(const AttentionParams& p, int64_t n_kv_host, Stream s);
+// Split-K flash decoding for n_q <= kDecodeMaxQueries: the filled slots are cut into chunks
+// processed by separate blocks, whose partial (max, sum, acc) are merged by a second kernel.
+// `work` is scratch of attention_decode_work_bytes(p) bytes. Safe to graph-capture (reads *n_kv).
+inline constexpr int64_t kDecodeMaxQueries = 8;
+size_t attention_decode_work_bytes(const AttentionParams& p);
+Status attention_decode(const AttentionParams& p, void* work, Stream s);
+
+// ---- synthetic weights (random_fill.cu) -----------------------------------------------------------
+// dst[i] = center + scale * u_i, u_i uniform in [-1, 1) from a counter-based hash of (seed, i).
+Status fill_uniform(void* dst, WeightType t, int64_t n, uint64_t seed, float center, float scale, Stream s);
+
+// ---- sampling (topk.cu) ---------------------------------------------------------------------------
+// For each of `rows` rows of logits [rows][vocab] (device): the k largest values and their ids,
+// sorted by value descending (ties: smaller id first), written to vals/ids [rows][k] (device).
+// k <= kTopKMax. k = 1 is argmax.
+inline constexpr int kTopKMax = 256;
+Status top_k(const float* logits, int64_t rows, int64_t vocab, int k, float* vals, int32_t* ids, Stream s);
+
+}  // namespace lithe::cuda

@@ -1,0 +1,426 @@
+// attention_decode: split-K flash decoding for n_q <= kDecodeMaxQueries, f32 math throughout.
+//
+// Kernel 1 (decode_split_kernel), grid (n_kv_heads, n_splits, row_groups), 128 threads = 4 warps.
+//   A block owns one kv head g, up to kRB = 4 "rows" (row = (query t, head h of g's group); every
+//   K/V row read serves all of them) and one chunk of slots. The grid depends on host values only
+//   (n_splits from kv_capacity and the SM count); the chunk length is derived in the kernel from
+//   *n_kv (device): ceil(n_kv / n_splits) rounded up to the tile size, so short contexts use few,
+//   short chunks and a captured graph stays valid as n_kv grows. A block whose chunk starts at or
+//   past *n_kv writes an empty partial (max = -inf, sum = 0). blockIdx.x = kv head, so the blocks
+//   of one split, scheduled together, read whole cache rows.
+//   The chunk is walked in tiles of T slots (16 KiB of K: T = 64 for f16 at D = 128), copied into
+//   shared memory with 16-byte cp.async, double-buffered. Each warp takes a quarter of the tile:
+//   a slot's row is spread over LPS = D / EL lanes (EL = elements per 16 bytes, 8 for f16, 4 for
+//   f32), so a warp step covers 32 / LPS slots; q' = q * scale * log2e sits in registers (EL
+//   dims per lane and row), dot products are reduced with shuffles. Each warp keeps its own online
+//   softmax state (max m, sum l, acc[EL] per row, log2 domain); at the end the lane groups of a
+//   warp, then the 4 warps (through shared memory) are merged into the block's partial.
+//   More than kRB rows per kv head (GQA group x n_q) are cut into row groups (blockIdx.z) that
+//   read the same K/V (from L2, mostly): the rows' q and acc live in registers.
+//   Partials go to `work`: acc [n_q*n_heads][n_splits][D] f32, then (m, l) [n_q*n_heads][n_splits]
+//   float2.
+// Kernel 2 (decode_merge_kernel): a warp per (query, head) merges its splits and writes out
+//   (zeros where no split saw a slot).
+//
+// Shared memory of kernel 1: K/V [2 stages][K, V][T][D] (64 KiB) | pos [2][T] i32 |
+//   warp m, l [4][kRB] f32. The warp merge reuses the K/V area for acc [4][kRB][D].
+#include <algorithm>
+#include <atomic>
+#include <climits>
+
+#include "kernels/cuda/attention_common.cuh"
+
+namespace lithe::cuda {
+namespace {
+
+using namespace detail;
+
+constexpr int kThreads = 128, kWarps = 4;
+constexpr int kRB = 4;           // rows per block
+constexpr int kMinChunk = 64;    // smallest chunk the host split count plans for
+constexpr int kMaxSms = 192;     // SM counts above this are treated as this (bounds the scratch)
+constexpr int kBlocksPerSm = 2;  // the split count targets this many blocks per SM
+// A tile's ITER = 8 warp steps are processed in kSub passes of ITER / kSub (scores, softmax
+// update, P V per pass): fewer live registers, so that 3 blocks fit per SM (measured on an H200:
+// 16K-slot decode went from 2.2 to 3.1 TB/s against one pass at 2 blocks per SM).
+constexpr int kSub = 4;
+
+template <int D, typename KV>
+struct DecodeCfg {
+  static constexpr int EL = 16 / static_cast<int>(sizeof(KV));          // elements per lane (16 bytes)
+  static constexpr int LPS = D / EL;                                    // lanes per slot
+  static constexpr int SPW = 32 / LPS;                                  // slots per warp step
+  static constexpr int T = 16384 / (D * static_cast<int>(sizeof(KV)));  // slots per tile
+  static constexpr int ITER = T / kWarps / SPW;                         // warp steps per tile
+  static constexpr size_t kKvBytes = size_t{4} * T * D * sizeof(KV);    // 2 stages x (K, V)
+  static constexpr size_t kSmem = kKvBytes + size_t{2} * T * 4 + size_t{2} * kWarps * kRB * 4;
+  static_assert(ITER * SPW * kWarps == T && LPS * SPW == 32, "tile split");
+  static_assert(size_t{kWarps} * kRB * D * 4 <= kKvBytes, "warp merge fits in the K/V area");
+};
+
+struct DecodeArgs {
+  const float* q;
+  const int32_t* q_pos;
+  const void* k;
+  const void* v;
+  const int32_t* kv_pos;
+  const int32_t* n_kv;
+  int capacity;
+  int64_t stride;
+  int n_heads, group;
+  int rows;      // n_q * group
+  int rows_blk;  // rows per block (blockIdx.z picks the group), <= kRB
+  int n_splits;
+  float qscale;  // scale * log2(e)
+  float* acc;    // work: [n_q * n_heads][n_splits][D]
+  float2* ml;    // work: [n_q * n_heads][n_splits]
+  float* out;
+};
+
+// The EL elements of one 16-byte chunk as floats.
+__device__ __forceinline__ void load_chunk(const __half* p, float (&f)[8]) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const __half2* h = reinterpret_cast<const __half2*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 t = __half22float2(h[i]);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+__device__ __forceinline__ void load_chunk(const float* p, float (&f)[4]) {
+  const float4 a = *reinterpret_cast<const float4*>(p);
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w;
+}
+
+template <int D, typename KV>
+__global__ void __launch_bounds__(kThreads, 3) decode_split_kernel(const DecodeArgs a) {
+  using C = DecodeCfg<D, KV>;
+  constexpr int T = C::T, EL = C::EL, LPS = C::LPS, SPW = C::SPW, NS = C::ITER / kSub;
+  extern __shared__ __align__(16) unsigned char smem[];
+  KV* kv_s = reinterpret_cast<KV*>(smem);  // stage st: K tile 2*st, V tile 2*st+1 (T*D each)
+  int* pos_s = reinterpret_cast<int*>(smem + C::kKvBytes);
+  float* wm = reinterpret_cast<float*>(pos_s + 2 * T);  // [kWarps][kRB]
+  float* wl = wm + kWarps * kRB;                        // [kWarps][kRB]
+  float* wacc = reinterpret_cast<float*>(smem);         // [kWarps][kRB][D], after the loop
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int grp = lane / LPS, dl = lane % LPS;  // slot of the warp step, 16-byte chunk of the row
+  const int g = blockIdx.x, split = blockIdx.y, r0 = blockIdx.z * a.rows_blk;
+  const int R = min(a.rows_blk, a.rows - r0);
+  // Local row r -> (query t, head h); its partial lives at index (t * n_heads + h) * n_splits + split.
+  auto part_index = [&](int r) {
+    const int rr = r0 + r, t = rr / a.group, h = g * a.group + rr % a.group;
+    return (static_cast<int64_t>(t) * a.n_heads + h) * a.n_splits + split;
+  };
+
+  const int n_kv = max(0, min(*a.n_kv, a.capacity));
+  int chunk = (n_kv + a.n_splits - 1) / a.n_splits;
+  chunk = max(T, (chunk + T - 1) / T * T);
+  const int s_begin = split * chunk;  // < n_kv + n_splits * T: no overflow for capacity <= 2^30
+  const int s_end = min(s_begin + chunk, n_kv);
+  if (s_begin >= s_end) {  // nothing of this chunk is filled: empty partial
+    if (tid < R) a.ml[part_index(tid)] = make_float2(-INFINITY, 0.f);
+    return;
+  }
+
+  const int64_t head_off = static_cast<int64_t>(g) * D;
+  const KV* kg = static_cast<const KV*>(a.k) + head_off;
+  const KV* vg = static_cast<const KV*>(a.v) + head_off;
+  auto issue = [&](int stage, int s0) {  // slots [s0, s0 + T) -> stage; slots >= s_end read as 0
+    constexpr int kChunks = D / EL;      // 16-byte chunks per row
+    KV* kd = kv_s + 2 * stage * T * D;
+    KV* vd = kd + T * D;
+#pragma unroll
+    for (int i = 0; i < T * kChunks / kThreads; ++i) {
+      const int c = tid + i * kThreads, r = c / kChunks, ch = c % kChunks;
+      const bool ok = s0 + r < s_end;
+      const int64_t off = (ok ? static_cast<int64_t>(s0 + r) * a.stride : 0) + ch * EL;
+      cp_async16(kd + r * D + ch * EL, kg + off, ok ? 16 : 0);
+      cp_async16(vd + r * D + ch * EL, vg + off, ok ? 16 : 0);
+    }
+    if (tid < T) {
+      const bool ok = s0 + tid < s_end;
+      cp_async4(pos_s + stage * T + tid, a.kv_pos + (ok ? s0 + tid : 0), ok ? 4 : 0);
+    }
+  };
+  const int n_tiles = (s_end - s_begin + T - 1) / T;
+  issue(0, s_begin);
+  cp_async_commit();
+
+  // This lane's EL dims of each row's q' (rows >= R: zeros, position INT_MIN: never used).
+  float q[kRB][EL];
+  int qp[kRB];
+#pragma unroll
+  for (int r = 0; r < kRB; ++r) {
+#pragma unroll
+    for (int e = 0; e < EL; ++e) q[r][e] = 0.f;
+    qp[r] = INT_MIN;
+    if (r < R) {
+      const int rr = r0 + r, t = rr / a.group, h = g * a.group + rr % a.group;
+      const float* src = a.q + (static_cast<int64_t>(t) * a.n_heads + h) * D + dl * EL;
+#pragma unroll
+      for (int e = 0; e < EL; e += 4) {
+        const float4 x = __ldg(reinterpret_cast<const float4*>(src + e));
+        q[r][e] = x.x * a.qscale, q[r][e + 1] = x.y * a.qscale, q[r][e + 2] = x.z * a.qscale,
+        q[r][e + 3] = x.w * a.qscale;
+      }
+      qp[r] = a.q_pos[t];
+    }
+  }
+  float acc[kRB][EL], m[kRB], l[kRB];
+#pragma unroll
+  for (int r = 0; r < kRB; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.f;
+#pragma unroll
+    for (int e = 0; e < EL; ++e) acc[r][e] = 0.f;
+  }
+
+  for (int i = 0; i < n_tiles; ++i) {
+    const int st = i & 1, t0 = s_begin + i * T;
+    if (i + 1 < n_tiles) issue(st ^ 1, t0 + T);
+    cp_async_commit();
+    cp_async_wait<1>();  // tile i landed
+    __syncthreads();
+    const KV* kt = kv_s + 2 * st * T * D;
+    const KV* vt = kt + T * D;
+    const int* pt = pos_s + st * T;
+    const int ls0 = warp * (T / kWarps) + grp;  // this lane's slot at step `it`: ls0 + it * SPW
+
+#pragma unroll 1
+    for (int sub = 0; sub < kSub; ++sub) {  // kSub passes of NS warp steps (bounds registers)
+      const int ls0s = ls0 + sub * NS * SPW;
+      float s[NS][kRB];  // scores, then probabilities
+#pragma unroll
+      for (int it = 0; it < NS; ++it) {
+        const int ls = ls0s + it * SPW;
+        float kf[EL];
+        load_chunk(kt + ls * D + dl * EL, kf);
+        const bool in = t0 + ls < s_end;
+        const int pp = pt[ls];
+#pragma unroll
+        for (int r = 0; r < kRB; ++r) {
+          s[it][r] = -INFINITY;
+          if (r < R) {
+            float d = 0.f;
+#pragma unroll
+            for (int e = 0; e < EL; ++e) d = fmaf(q[r][e], kf[e], d);
+#pragma unroll
+            for (int o = LPS / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+            if (in && pp <= qp[r]) s[it][r] = d;
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kRB; ++r) {  // online softmax; the max is shared by the whole warp
+        if (r < R) {
+          float mt = -INFINITY;
+#pragma unroll
+          for (int it = 0; it < NS; ++it) mt = fmaxf(mt, s[it][r]);
+#pragma unroll
+          for (int o = LPS; o < 32; o <<= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
+          const float m_new = fmaxf(m[r], mt), base = m_new == -INFINITY ? 0.f : m_new;
+          const float al = ex2(m[r] - base);
+          m[r] = m_new;
+          float sum = 0.f;
+#pragma unroll
+          for (int it = 0; it < NS; ++it) {
+            s[it][r] = ex2(s[it][r] - base);
+            sum += s[it][r];
+          }
+          l[r] = l[r] * al + sum;  // this lane group's slots only; groups are summed at the end
+#pragma unroll
+          for (int e = 0; e < EL; ++e) acc[r][e] *= al;
+        }
+      }
+#pragma unroll
+      for (int it = 0; it < NS; ++it) {  // acc += p v
+        const int ls = ls0s + it * SPW;
+        float vf[EL];
+        load_chunk(vt + ls * D + dl * EL, vf);
+#pragma unroll
+        for (int r = 0; r < kRB; ++r)
+          if (r < R) {
+#pragma unroll
+            for (int e = 0; e < EL; ++e) acc[r][e] = fmaf(s[it][r], vf[e], acc[r][e]);
+          }
+      }
+    }
+    __syncthreads();  // tile buffers are refilled two tiles later
+  }
+
+  // Merge the lane groups of each warp (same dims, other slots), then the warps.
+#pragma unroll
+  for (int r = 0; r < kRB; ++r)
+    if (r < R) {
+#pragma unroll
+      for (int o = LPS; o < 32; o <<= 1) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], o);
+#pragma unroll
+        for (int e = 0; e < EL; ++e) acc[r][e] += __shfl_xor_sync(0xffffffffu, acc[r][e], o);
+      }
+    }
+  // No copy is in flight (the last step committed an empty group) and every warp passed the
+  // loop's final barrier: the K/V area is free.
+  if (grp == 0)
+#pragma unroll
+    for (int r = 0; r < kRB; ++r)
+      if (r < R)
+#pragma unroll
+        for (int e = 0; e < EL; ++e) wacc[(warp * kRB + r) * D + dl * EL + e] = acc[r][e];
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < kRB; ++r) {
+      wm[warp * kRB + r] = m[r];
+      wl[warp * kRB + r] = l[r];
+    }
+  __syncthreads();
+  for (int idx = tid; idx < R * D; idx += kThreads) {
+    const int r = idx / D, d = idx % D;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, wm[w * kRB + r]);
+    const float base = M == -INFINITY ? 0.f : M;
+    float o = 0.f, L = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float sc = ex2(wm[w * kRB + r] - base);  // 0 for a warp that saw nothing
+      o = fmaf(sc, wacc[(w * kRB + r) * D + d], o);
+      L = fmaf(sc, wl[w * kRB + r], L);
+    }
+    const int64_t pi = part_index(r);
+    a.acc[pi * D + d] = o;
+    if (d == 0) a.ml[pi] = make_float2(M, L);
+  }
+}
+
+// A warp per (query, head) row: out = sum_i 2^(m_i - M) acc_i / sum_i 2^(m_i - M) l_i.
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    decode_merge_kernel(const float* __restrict__ acc, const float2* __restrict__ ml, int rows, int n_splits,
+                        float* __restrict__ out) {
+  constexpr int E = D / 32;  // dims per lane
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row = blockIdx.x * (kThreads / 32) + warp;
+  if (row >= rows) return;
+  const float2* mlr = ml + static_cast<int64_t>(row) * n_splits;
+  float M = -INFINITY;
+  for (int i = lane; i < n_splits; i += 32) M = fmaxf(M, mlr[i].x);
+  M = warp_max(M);
+  float o[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) o[e] = 0.f;
+  float* dst = out + static_cast<int64_t>(row) * D + lane * E;
+  if (M != -INFINITY) {
+    float l = 0.f;
+    for (int i = lane; i < n_splits; i += 32) {
+      const float2 x = mlr[i];
+      if (x.x != -INFINITY) l += x.y * ex2(x.x - M);
+    }
+    l = warp_sum(l);
+    const float* ar = acc + static_cast<int64_t>(row) * n_splits * D + lane * E;
+    for (int i = 0; i < n_splits; ++i) {
+      const float2 x = mlr[i];
+      if (x.x == -INFINITY) continue;  // empty split: its acc was never written
+      const float w = ex2(x.x - M);
+#pragma unroll
+      for (int e = 0; e < E; ++e) o[e] = fmaf(w, ar[static_cast<int64_t>(i) * D + e], o[e]);
+    }
+    const float inv = 1.f / l;  // l >= 1: the split holding the max contributes 2^0 * (>= 1)
+#pragma unroll
+    for (int e = 0; e < E; ++e) o[e] *= inv;
+  }
+#pragma unroll
+  for (int e = 0; e < E; ++e) dst[e] = o[e];
+}
+
+// Host-side plan: rows per block, row groups, splits. Pure function of p and an SM count.
+struct DecodePlan {
+  int rows = 0, row_groups = 0, rows_blk = 0, n_splits = 0;
+};
+DecodePlan plan(const AttentionParams& p, int sms) {
+  DecodePlan d;
+  d.rows = static_cast<int>(p.n_q * (p.n_heads / p.n_kv_heads));
+  d.row_groups = static_cast<int>(ceil_div(d.rows, kRB));
+  d.rows_blk = static_cast<int>(ceil_div(d.rows, d.row_groups));  // balanced groups
+  const int64_t max_chunks = std::max<int64_t>(1, ceil_div(p.kv_capacity, kMinChunk));
+  const int64_t want = ceil_div(int64_t{kBlocksPerSm} * std::min(sms, kMaxSms), p.n_kv_heads * d.row_groups);
+  d.n_splits = static_cast<int>(std::clamp<int64_t>(want, 1, max_chunks));
+  return d;
+}
+
+size_t work_bytes(const AttentionParams& p, int n_splits) {
+  return static_cast<size_t>(p.n_q * p.n_heads) * static_cast<size_t>(n_splits) *
+         (static_cast<size_t>(p.head_dim) + 2) * 4;
+}
+
+// SM count of the current device, or 0 (error cleared) when it cannot be read.
+int sm_count() {
+  int dev = 0, n = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+  if (e != cudaSuccess) (void)cudaGetLastError();
+  return e == cudaSuccess ? n : 0;
+}
+
+template <int D, typename KV>
+Status launch_decode(const DecodeArgs& a, const DecodePlan& d, int n_kv_heads, Stream stream) {
+  static std::atomic<uint64_t> opted{0};
+  auto* kernel = decode_split_kernel<D, KV>;
+  LITHE_TRY(allow_smem(kernel, opted, DecodeCfg<D, KV>::kSmem, "attention_decode"));
+  kernel<<<dim3(n_kv_heads, d.n_splits, d.row_groups), kThreads, DecodeCfg<D, KV>::kSmem, stream>>>(a);
+  LITHE_TRY(launched("attention_decode (split)"));
+  const int rows_out = static_cast<int>(a.rows / a.group * a.n_heads);
+  decode_merge_kernel<D><<<static_cast<unsigned>(ceil_div(rows_out, kThreads / 32)), kThreads, 0, stream>>>(
+      a.acc, a.ml, rows_out, d.n_splits, a.out);
+  return launched("attention_decode (merge)");
+}
+
+}  // namespace
+
+size_t attention_decode_work_bytes(const AttentionParams& p) {
+  if (p.n_q <= 0 || p.n_kv_heads <= 0 || p.n_heads <= 0 || p.head_dim <= 0 || p.n_heads % p.n_kv_heads != 0) return 0;
+  return work_bytes(p, plan(p, kMaxSms).n_splits);
+}
+
+Status attention_decode(const AttentionParams& p, void* work, Stream s) {
+  LITHE_TRY(check_attention_params(p, "attention_decode"));
+  if (p.n_q > kDecodeMaxQueries)
+    return bad_arg("attention_decode: n_q " + std::to_string(p.n_q) +
+                   " exceeds kDecodeMaxQueries = " + std::to_string(kDecodeMaxQueries));
+  if (p.n_kv == nullptr) return bad_arg("attention_decode: null n_kv");
+  if (p.n_q == 0) return Status::ok();
+  if (work == nullptr || !aligned16(work)) return bad_arg("attention_decode: work must be a 16-byte aligned buffer");
+  if (p.n_q * p.n_heads / p.n_kv_heads > int64_t{kRB} * 65535)
+    return bad_arg("attention_decode: n_heads / n_kv_heads = " + std::to_string(p.n_heads / p.n_kv_heads) +
+                   " too large");
+  const int sms = sm_count();
+  if (sms <= 0) return Status(StatusCode::internal, "attention_decode: cannot read the device's SM count");
+  const DecodePlan d = plan(p, sms);
+  DecodeArgs a{};
+  a.q = p.q;
+  a.q_pos = p.q_pos;
+  a.k = p.k;
+  a.v = p.v;
+  a.kv_pos = p.kv_pos;
+  a.n_kv = p.n_kv;
+  a.capacity = static_cast<int>(p.kv_capacity);
+  a.stride = p.kv_stride;
+  a.n_heads = static_cast<int>(p.n_heads);
+  a.group = static_cast<int>(p.n_heads / p.n_kv_heads);
+  a.rows = d.rows;
+  a.rows_blk = d.rows_blk;
+  a.n_splits = d.n_splits;
+  a.qscale = p.scale * kLog2e;
+  a.acc = static_cast<float*>(work);
+  a.ml = reinterpret_cast<float2*>(static_cast<char*>(work) +
+                                   static_cast<size_t>(p.n_q * p.n_heads) * d.n_splits * p.head_dim * 4);
+  a.out = p.out;
+  const int hk = static_cast<int>(p.n_kv_heads);
+  if (p.kv == KvType::f16)
+    return p.head_dim == 64 ? launch_decode<64, __half>(a, d, hk, s) : launch_decode<128, __half>(a, d, hk, s);
+  return p.head_dim == 64 ? launch_decode<64, float>(a, d, hk, s) : launch_decode<128, float>(a, d, hk, s);
+}
+
+}  // namespace lithe::cuda

@@ -1,0 +1,430 @@
+// Matrix-vector products for decode (cuda_ops.h: matvec): y_j[r, :] = x[r, :] · W_jᵀ for up to 3
+// weight matrices sharing x [m][n_in] (m <= 8), with store / accumulate / swiglu epilogues. The
+// kernel is bound by reading the weights once from HBM; everything else is arranged around that.
+//
+// Work split
+// - A "chunk" is 16 bytes of a weight row: 8 f16/bf16 or 4 f32 values. Lane l of a warp reads
+//   chunks l, l+32, l+64, ... of a row, so each warp-wide load covers 512 contiguous bytes.
+// - The rows of all matrices form one flat index space (matrix 0's rows, then 1's, then 2's),
+//   cut into groups of R consecutive rows ("slots"; swiglu: R/2 gate rows and the R/2 up rows with
+//   the same indices). A group is streamed by S warps (S = 1 for m <= 2), each taking every S-th
+//   batch; a batch is U chunks of each of the R rows, R*U = 8 independent 16-byte loads per lane
+//   (4 KiB per warp) issued before any arithmetic.
+// - Weights are loaded with ld.global.nc.L1::no_allocate (streamed, not kept in L1), so x, read
+//   as float4 through L1 by every warp, stays cached. Each weight chunk is converted to f32 once
+//   and applied to all m rows of x: weights are read exactly once whatever m is.
+// - The R*M per-lane partial sums are combined by a butterfly reduce-scatter (about R*M shuffles
+//   rather than 5 per sum), which leaves each (slot, x-row) total in its own lanes; with S > 1 the
+//   group's warps add their totals through shared memory. One lane per total applies the epilogue.
+// - Ready for programmatic dependent launch (sm_90): x and y are touched only after
+//   griddepcontrol.wait; see kUsePdl.
+// Instantiations: weight type (3) x M in {1, 2, 4, 8} (m rounded up to M; rows >= m are skipped
+// by warp-uniform branches and never stored). Blocks of 4 warps; grid = ceil(groups * S / 4).
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <string>
+
+#include "kernels/cuda/common.cuh"
+
+namespace lithe::cuda {
+namespace {
+
+constexpr int kWarps = 4;  // warps per block: small blocks spread evenly over the SMs
+constexpr int kThreads = kWarps * 32;
+
+// Launch with the programmatic-stream-serialization attribute (sm_90+), letting the kernel start
+// while the previous one drains. Measured on an H200 with matvec after matvec: +2-4% on most
+// shapes, -10% on 4096x11008 at m = 1, so off until the whole decode graph is PDL-aware.
+constexpr bool kUsePdl = false;
+
+// Per-M tuning: R rows per group, U chunks per row in flight, S warps per group (each takes every
+// S-th batch of the rows; more warps in flight where the per-lane work is large), and the
+// occupancy asked of ptxas (min blocks of 128 threads per SM: 4 -> <= 128 registers, 3 -> <= 168;
+// tighter caps make ptxas split the batch's loads around the arithmetic or spill).
+template <int M>
+struct Cfg;
+template <>
+struct Cfg<1> { static constexpr int R = 2, U = 4, S = 1, min_blocks = 4; };
+template <>
+struct Cfg<2> { static constexpr int R = 2, U = 4, S = 1, min_blocks = 4; };
+template <>
+struct Cfg<4> { static constexpr int R = 4, U = 2, S = 2, min_blocks = 4; };
+template <>
+struct Cfg<8> { static constexpr int R = 4, U = 2, S = 4, min_blocks = 3; };
+
+// Kernel arguments (by value, in the constant bank). Matrix j's flat rows are [start_j, start_j+n_j).
+struct Args {
+  const void* w0;
+  const void* w1;
+  const void* w2;
+  float* y0;
+  float* y1;
+  float* y2;
+  int64_t n0, n1, n2;      // n_out per matrix
+  int64_t start1, start2;  // first flat row of matrices 1 and 2 (INT64_MAX when absent)
+  int64_t rows;            // flat rows in all (swiglu: the common n_out)
+  int64_t groups;          // warps with work
+  const float* x;
+  int n_in;
+  int m;
+  Epilogue epi;
+};
+
+// f32 values of one 16-byte weight chunk.
+template <typename T>
+struct Chunk;
+template <>
+struct Chunk<float> {
+  static constexpr int E = 4;
+  static __device__ __forceinline__ void unpack(const uint4& v, float (&f)[E]) {
+    f[0] = __uint_as_float(v.x);
+    f[1] = __uint_as_float(v.y);
+    f[2] = __uint_as_float(v.z);
+    f[3] = __uint_as_float(v.w);
+  }
+};
+template <>
+struct Chunk<__half> {
+  static constexpr int E = 8;
+  static __device__ __forceinline__ void pair(unsigned u, float& lo, float& hi) {
+    const float2 p = __half22float2(__halves2half2(__ushort_as_half(static_cast<unsigned short>(u & 0xffffu)),
+                                                   __ushort_as_half(static_cast<unsigned short>(u >> 16))));
+    lo = p.x;  // element 2k is the low half of word k
+    hi = p.y;
+  }
+  static __device__ __forceinline__ void unpack(const uint4& v, float (&f)[E]) {
+    pair(v.x, f[0], f[1]);
+    pair(v.y, f[2], f[3]);
+    pair(v.z, f[4], f[5]);
+    pair(v.w, f[6], f[7]);
+  }
+};
+template <>
+struct Chunk<__nv_bfloat16> {
+  static constexpr int E = 8;
+  static __device__ __forceinline__ void pair(unsigned u, float& lo, float& hi) {
+    lo = __uint_as_float(u << 16);  // bf16 is the top half of an f32
+    hi = __uint_as_float(u & 0xffff0000u);
+  }
+  static __device__ __forceinline__ void unpack(const uint4& v, float (&f)[E]) {
+    pair(v.x, f[0], f[1]);
+    pair(v.y, f[2], f[3]);
+    pair(v.z, f[4], f[5]);
+    pair(v.w, f[6], f[7]);
+  }
+};
+
+// 16-byte streaming load of read-only data that is not kept in L1.
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+// Programmatic dependent launch (sm_90+; no-ops before): a grid launched with the PDL attribute
+// may start while the previous kernel in the stream still runs. It must not read what that kernel
+// writes (x, y) before wait_prior_grid(); the weights, which no kernel writes, may be loaded
+// earlier. allow_next_grid() lets the next PDL-launched kernel start (it waits in turn).
+__device__ __forceinline__ void wait_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_next_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Where slot s of warp-group g lives: matrix j, local row, and whether it is a real row (slots
+// past the end are clamped onto the last row, computed and never stored).
+struct Slot {
+  int j;
+  int64_t row;
+  bool valid;
+};
+template <int R>
+__device__ __forceinline__ Slot slot_of(const Args& a, int64_t g, int s) {
+  Slot sl;
+  if (a.epi == Epilogue::swiglu) {
+    constexpr int H = R / 2;
+    const int64_t f = g * H + s % H;
+    sl.valid = f < a.rows;
+    sl.row = sl.valid ? f : a.rows - 1;
+    sl.j = s / H;  // 0: gate, 1: up
+  } else {
+    const int64_t f0 = g * R + s;
+    sl.valid = f0 < a.rows;
+    const int64_t f = sl.valid ? f0 : a.rows - 1;
+    sl.j = (f >= a.start1) + (f >= a.start2);
+    sl.row = f - (sl.j == 0 ? 0 : sl.j == 1 ? a.start1 : a.start2);
+  }
+  return sl;
+}
+
+// acc[r][i] += W[slot r] chunk c · x[i] chunk c for the first m (> M/2) rows of x.
+template <typename T, int M, int R>
+__device__ __forceinline__ void fma_chunk(const uint4 (&v)[R], const float4* x4, int x_stride, int c,
+                                          int m, float (&acc)[R][M]) {
+  constexpr int E = Chunk<T>::E;
+  float wf[R][E];
+#pragma unroll
+  for (int r = 0; r < R; ++r) Chunk<T>::unpack(v[r], wf[r]);
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    if (i > M / 2 && i >= m) break;  // warp-uniform; the launcher picks M with m > M/2
+    float xv[E];
+#pragma unroll
+    for (int q = 0; q < E / 4; ++q) {
+      const float4 t = x4[i * x_stride + c * (E / 4) + q];  // not ld.global.nc: see wait_prior_grid
+      xv[4 * q] = t.x;
+      xv[4 * q + 1] = t.y;
+      xv[4 * q + 2] = t.z;
+      xv[4 * q + 3] = t.w;
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int k = 0; k < E; ++k) acc[r][i] = fmaf(wf[r][k], xv[k], acc[r][i]);
+  }
+}
+
+// One butterfly step per level, unrolled at compile time: H sums stay, O is the partner offset.
+template <int H, int O, int N>
+__device__ __forceinline__ void reduce_scatter(float (&s)[N], int lane) {
+  if constexpr (H >= 1) {
+    const bool upper = (lane & O) != 0;
+#pragma unroll
+    for (int k = 0; k < H; ++k) {
+      const float send = upper ? s[k] : s[k + H];
+      const float keep = upper ? s[k + H] : s[k];
+      s[k] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+    }
+    reduce_scatter<H / 2, O / 2>(s, lane);
+  }
+}
+
+template <typename T, int M>
+__global__ void __launch_bounds__(kThreads, Cfg<M>::min_blocks) matvec_kernel(const Args a) {
+  constexpr int R = Cfg<M>::R, U = Cfg<M>::U, S = Cfg<M>::S, E = Chunk<T>::E;
+  constexpr int V = R * M;  // partial sums per lane
+  constexpr int L = V == 2 ? 1 : V == 4 ? 2 : V == 8 ? 3 : V == 16 ? 4 : 5;
+  constexpr int kBatch = 32 * U;  // chunks of a row per batch
+  static_assert((1 << L) == V && V <= 32, "R*M must be a power of two <= 32");
+  static_assert(R % 2 == 0, "swiglu pairs gate and up rows within a warp");
+  static_assert(kWarps % S == 0, "a block holds whole groups");
+
+  const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * (kWarps / S) + warp / S;  // row group
+  const int part = warp % S;  // which of the group's S warps: batches part, part + S, ...
+  allow_next_grid();
+  const bool active = g < a.groups;
+  if constexpr (S == 1)
+    if (!active) return;  // the whole warp leaves together
+
+  float val = 0.f;  // this lane's total after the reductions (see below)
+  if (active) {
+    const int chunks = a.n_in / E;  // per row
+    const uint4* w[R];
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+      const Slot sl = slot_of<R>(a, g, s);
+      const void* base = sl.j == 0 ? a.w0 : sl.j == 1 ? a.w1 : a.w2;
+      w[s] = static_cast<const uint4*>(base) + sl.row * chunks + lane;
+    }
+    const float4* x4 = reinterpret_cast<const float4*>(a.x);
+    const int x_stride = a.n_in / 4;  // float4 per row of x
+    const int m = a.m;
+    wait_prior_grid();  // x (and y) come from the previous kernel
+
+    float acc[R][M];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int i = 0; i < M; ++i) acc[r][i] = 0.f;
+
+    // Batches: U chunks of each of the R rows, all loads issued before the arithmetic. In the
+    // last, partial batch, chunks past the row's end are neither loaded nor used.
+#pragma unroll 1
+    for (int b = part * kBatch; b < chunks; b += S * kBatch) {
+      uint4 v[U][R];
+      if (b + kBatch <= chunks) {
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int r = 0; r < R; ++r) v[u][r] = ld_stream(w[r] + b + 32 * u);
+#pragma unroll
+        for (int u = 0; u < U; ++u) fma_chunk<T, M, R>(v[u], x4, x_stride, b + 32 * u + lane, m, acc);
+      } else {
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+            v[u][r] = b + 32 * u + lane < chunks ? ld_stream(w[r] + b + 32 * u) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          if (b + 32 * u + lane < chunks) fma_chunk<T, M, R>(v[u], x4, x_stride, b + 32 * u + lane, m, acc);
+      }
+    }
+
+    // Butterfly reduce-scatter: at each level the lanes with bit O set keep the upper half of
+    // their sums plus the partner's upper half, the others the lower halves (O = 16, 8, ...).
+    // After L levels a lane holds sum number lane >> (5 - L) over 2^L lanes; xor-shuffles over
+    // the low lane bits finish it, so every lane of a 2^(5-L) group holds that total.
+    float sums[V];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int i = 0; i < M; ++i) sums[r * M + i] = acc[r][i];
+    reduce_scatter<V / 2, 16>(sums, lane);
+    val = sums[0];
+#pragma unroll
+    for (int o = 16 >> L; o >= 1; o >>= 1) val += __shfl_xor_sync(0xffffffffu, val, o);
+  }
+
+  // Split over S warps: the group's first warp adds the others' totals (same lane, same sum).
+  if constexpr (S > 1) {
+    __shared__ float part_sums[kWarps][32];
+    part_sums[warp][lane] = val;
+    __syncthreads();
+    if (part != 0 || !active) return;
+#pragma unroll
+    for (int k = 1; k < S; ++k) val += part_sums[warp + k][lane];
+  }
+
+  // Sum idx's top bit (slot r + R/2 vs r, i.e. up vs gate under swiglu) is lane bit 4.
+  const float partner = __shfl_xor_sync(0xffffffffu, val, 16);
+  if ((lane & ((1 << (5 - L)) - 1)) != 0) return;  // one writer per sum
+  const int idx = lane >> (5 - L);
+  const int r = idx / M, i = idx % M;
+  if (i >= a.m) return;
+  const Slot sl = slot_of<R>(a, g, r);
+  if (!sl.valid) return;
+  if (a.epi == Epilogue::swiglu) {
+    if (r >= R / 2) return;  // the up half: its value went to the gate lane
+    a.y0[i * a.n0 + sl.row] = val / (1.f + expf(-val)) * partner;
+    return;
+  }
+  float* y = sl.j == 0 ? a.y0 : sl.j == 1 ? a.y1 : a.y2;
+  const int64_t n = sl.j == 0 ? a.n0 : sl.j == 1 ? a.n1 : a.n2;
+  float* out = y + i * n + sl.row;
+  if (a.epi == Epilogue::accumulate)
+    *out += val;
+  else
+    *out = val;
+}
+
+template <typename T, int M>
+Status launch(Args a, Stream s) {
+  constexpr int R = Cfg<M>::R, S = Cfg<M>::S;
+  const int per_group = a.epi == Epilogue::swiglu ? R / 2 : R;
+  a.groups = detail::ceil_div(a.rows, per_group);
+  const int64_t blocks = detail::ceil_div(a.groups, kWarps / S);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = s;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = kUsePdl ? 1 : 0;
+  (void)cudaLaunchKernelEx(&cfg, matvec_kernel<T, M>, a);  // its error is also the last error
+  return detail::launched("matvec_kernel");
+}
+
+template <typename T>
+Status launch_m(const Args& a, Stream s) {
+  if (a.m == 1) return launch<T, 1>(a, s);
+  if (a.m == 2) return launch<T, 2>(a, s);
+  if (a.m <= 4) return launch<T, 4>(a, s);
+  return launch<T, 8>(a, s);
+}
+
+bool aligned(const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
+
+std::string ptr_str(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  return buf;
+}
+
+// Whether [a, a + na) and [b, b + nb) (floats) share memory.
+bool overlap(const float* a, int64_t na, const float* b, int64_t nb) {
+  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return pa < pb + static_cast<uintptr_t>(nb) * sizeof(float) && pb < pa + static_cast<uintptr_t>(na) * sizeof(float);
+}
+
+}  // namespace
+
+Status matvec(const MatvecOut* outs, int n_outs, WeightType t, int64_t n_in, const float* x, int64_t m, Epilogue e,
+              Stream s) {
+  using detail::bad_arg;
+  const std::string f = "matvec: ";
+  if (outs == nullptr) return bad_arg(f + "outs is null");
+  if (n_outs < 1 || n_outs > 3) return bad_arg(f + "n_outs = " + std::to_string(n_outs) + " is not in 1..3");
+  if (m < 1 || m > kMatvecMaxRows)
+    return bad_arg(f + "m = " + std::to_string(m) + " is not in 1.." + std::to_string(kMatvecMaxRows));
+  if (n_in < 8 || n_in % 8 != 0 || n_in > (int64_t{1} << 28))
+    return bad_arg(f + "n_in = " + std::to_string(n_in) + " must be a positive multiple of 8 (at most 2^28)");
+  if (t != WeightType::f32 && t != WeightType::f16 && t != WeightType::bf16)
+    return bad_arg(f + "unknown weight type " + std::to_string(static_cast<int>(t)));
+  if (e != Epilogue::store && e != Epilogue::accumulate && e != Epilogue::swiglu)
+    return bad_arg(f + "unknown epilogue " + std::to_string(static_cast<int>(e)));
+  if (e == Epilogue::swiglu) {
+    if (n_outs != 2)
+      return bad_arg(f + "swiglu needs exactly 2 matrices (gate, up), got n_outs = " + std::to_string(n_outs));
+    if (outs[0].n_out != outs[1].n_out)
+      return bad_arg(f + "swiglu needs gate and up of equal n_out, got " + std::to_string(outs[0].n_out) + " and " +
+                     std::to_string(outs[1].n_out));
+  }
+  if (x == nullptr || !aligned(x, 16)) return bad_arg(f + "x = " + ptr_str(x) + " is null or not 16-byte aligned");
+  int64_t rows = 0;
+  for (int j = 0; j < n_outs; ++j) {
+    const MatvecOut& o = outs[j];
+    const std::string name = "outs[" + std::to_string(j) + "]";
+    if (o.n_out < 1) return bad_arg(f + name + ".n_out = " + std::to_string(o.n_out) + " must be positive");
+    if (o.w == nullptr || !aligned(o.w, 16))
+      return bad_arg(f + name + ".w = " + ptr_str(o.w) + " is null or not 16-byte aligned");
+    if (e == Epilogue::swiglu && j == 1) break;  // y_1 unused
+    if (o.y == nullptr || !aligned(o.y, alignof(float)))
+      return bad_arg(f + name + ".y = " + ptr_str(o.y) + " is null or not 4-byte aligned");
+    if (overlap(o.y, m * o.n_out, x, m * n_in)) return bad_arg(f + name + ".y overlaps x");
+    for (int k = 0; k < j; ++k)
+      if (overlap(o.y, m * o.n_out, outs[k].y, m * outs[k].n_out))
+        return bad_arg(f + name + ".y overlaps outs[" + std::to_string(k) + "].y");
+    rows += o.n_out;
+  }
+  if (rows > (int64_t{1} << 31))
+    return bad_arg(f + std::to_string(rows) + " output rows in all is more than 2^31");
+
+  constexpr int64_t none = std::numeric_limits<int64_t>::max();
+  Args a{};
+  a.w0 = outs[0].w;
+  a.y0 = outs[0].y;
+  a.n0 = outs[0].n_out;
+  a.w1 = n_outs > 1 ? outs[1].w : nullptr;
+  a.y1 = n_outs > 1 ? outs[1].y : nullptr;
+  a.n1 = n_outs > 1 ? outs[1].n_out : 0;
+  a.w2 = n_outs > 2 ? outs[2].w : nullptr;
+  a.y2 = n_outs > 2 ? outs[2].y : nullptr;
+  a.n2 = n_outs > 2 ? outs[2].n_out : 0;
+  a.start1 = n_outs > 1 && e != Epilogue::swiglu ? a.n0 : none;
+  a.start2 = n_outs > 2 ? a.n0 + a.n1 : none;
+  a.rows = e == Epilogue::swiglu ? a.n0 : rows;
+  a.x = x;
+  a.n_in = static_cast<int>(n_in);
+  a.m = static_cast<int>(m);
+  a.epi = e;
+  switch (t) {
+    case WeightType::f32: return launch_m<float>(a, s);
+    case WeightType::f16: return launch_m<__half>(a, s);
+    case WeightType::bf16: return launch_m<__nv_bfloat16>(a, s);
+  }
+  return bad_arg(f + "unknown weight type");
+}
+
+}  // namespace lithe::cuda

@@ -1,0 +1,80 @@
+// The default fused ops of the Backend interface (compositions of its primitives), and
+// make_backend.
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "lithe/kernels/convert.h"
+#include "lithe/runtime/backend.h"
+
+namespace lithe {
+
+Status Backend::linear_many(std::span<const Tensor* const> ws, const Tensor& x, int64_t m, std::span<Tensor*> ys) {
+  if (ws.size() != ys.size())
+    return error(StatusCode::invalid_argument, "linear_many: {} weights but {} outputs", ws.size(), ys.size());
+  for (size_t j = 0; j < ws.size(); ++j) LITHE_TRY(linear(*ws[j], x, m, *ys[j]));
+  return Status::ok();
+}
+
+Status Backend::linear_residual(const Tensor& w, const Tensor& x, int64_t m, Tensor& y, Tensor& scratch) {
+  LITHE_TRY(linear(w, x, m, scratch));
+  return add(y, scratch, m);
+}
+
+Status Backend::swiglu(const Tensor& w_gate, const Tensor& w_up, const Tensor& x, int64_t m, Tensor& gate,
+                       Tensor& up) {
+  LITHE_TRY(linear(w_gate, x, m, gate));
+  LITHE_TRY(linear(w_up, x, m, up));
+  return silu_mul(gate, up, m);
+}
+
+Status Backend::top_k(const Tensor& logits, int64_t rows, int k, float* vals, int32_t* ids) {
+  const int64_t vocab = logits.dim(1);
+  if (k <= 0 || k > vocab)
+    return error(StatusCode::invalid_argument, "top_k: k = {} must be in 1..{} (the vocabulary)", k, vocab);
+  std::vector<float> host(static_cast<size_t>(rows * vocab));
+  LITHE_TRY(to_host(logits, rows, host.data()));
+  std::vector<int32_t> order(static_cast<size_t>(vocab));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = host.data() + r * vocab;
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      return row[a] > row[b] || (row[a] == row[b] && a < b);
+    });
+    for (int i = 0; i < k; ++i) {
+      ids[r * k + i] = order[static_cast<size_t>(i)];
+      vals[r * k + i] = row[order[static_cast<size_t>(i)]];
+    }
+  }
+  return Status::ok();
+}
+
+Status Backend::fill_random(Tensor& t, uint64_t seed, float center, float scale) {
+  if (t.device() != Device::cpu || !t.is_contiguous() || (t.dtype() != DType::f32 && t.dtype() != DType::f16 &&
+                                                         t.dtype() != DType::bf16))
+    return error(StatusCode::unsupported, "fill_random: needs a contiguous host f32/f16/bf16 tensor, got {}",
+                 t.describe());
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(center - scale, center + scale);
+  LITHE_ASSIGN(Tensor src, Tensor::empty(DType::f32, t.shape()));
+  for (int64_t i = 0; i < src.numel(); ++i) src.data_as<float>()[i] = u(rng);
+  LITHE_ASSIGN(Tensor conv, convert(src, t.dtype()));
+  std::memcpy(t.data(), conv.data(), t.nbytes());
+  return Status::ok();
+}
+
+Result<std::unique_ptr<Backend>> make_backend(Device device) {
+  if (device == Device::cpu) return make_cpu_backend();
+  return make_cuda_backend();
+}
+
+#ifndef LITHE_HAVE_CUDA
+Result<std::unique_ptr<Backend>> make_cuda_backend() {
+  return error(StatusCode::unsupported, "this lithe was built without CUDA: use --device cpu, or rebuild on a "
+               "machine with the CUDA toolkit (nvcc)");
+}
+#endif
+
+}  // namespace lithe

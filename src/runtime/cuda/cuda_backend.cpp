@@ -1,0 +1,351 @@
+// The CUDA backend: activations, weights and KV caches in device memory; ops are the kernels of
+// kernels/cuda_ops.h plus cuBLAS for prefill GEMMs. All work goes on one stream; decode steps are
+// captured as CUDA graphs (step_graph.h). Weights run as f32, f16 or bf16; other formats are
+// converted to f16 at load (fallback_weight_dtype).
+//
+// Linear layers: up to kMatvecMaxRows rows use the matvec kernel (weights streamed once, fused
+// q/k/v, swiglu and residual epilogues); more rows use cublasGemmEx on an f16/bf16 copy of the
+// activations with f32 output (f32 weights: f32 GEMM, no TF32).
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <map>
+
+#include "lithe/kernels/cuda_device.h"
+#include "lithe/kernels/cuda_ops.h"
+#include "lithe/runtime/backend.h"
+#include "lithe/runtime/kv_cache.h"
+#include "step_graph.h"
+
+namespace lithe {
+namespace {
+
+using cuda_backend::check;
+using cuda_backend::StepGraph;
+
+Status check_blas(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return Status::ok();
+  return error(StatusCode::internal, "{} failed: {}", what, cublasGetStatusString(s));
+}
+
+Result<cuda::WeightType> weight_type(const Tensor& w) {
+  switch (w.dtype()) {
+    case DType::f32: return cuda::WeightType::f32;
+    case DType::f16: return cuda::WeightType::f16;
+    case DType::bf16: return cuda::WeightType::bf16;
+    default:
+      return error(StatusCode::unsupported, "the cuda backend cannot run {} weights ({}); they are converted to f16 "
+                   "at load unless the tensor came from elsewhere", dtype_name(w.dtype()), w.describe());
+  }
+}
+
+Status check_act(const Tensor& t, int64_t m, int64_t cols, const char* what) {
+  if (t.dtype() != DType::f32 || t.device() != Device::cuda || !t.is_contiguous() || t.ndim() != 2 || t.dim(0) < m ||
+      (cols >= 0 && t.dim(1) != cols))
+    return error(StatusCode::invalid_argument, "{}: expected a cuda f32 [>= {}, {}] tensor, got {}", what, m, cols,
+                 t.describe());
+  return Status::ok();
+}
+
+Status check_weight(const Tensor& w, const char* what) {
+  if (w.device() != Device::cuda || !w.is_contiguous() || w.ndim() != 2)
+    return error(StatusCode::invalid_argument, "{}: expected a contiguous cuda matrix, got {}", what, w.describe());
+  return Status::ok();
+}
+
+// A device scratch buffer that only grows.
+struct Scratch {
+  Tensor t;
+  Result<void*> get(size_t bytes) {
+    if (!t.defined() || t.nbytes() < bytes) {
+      LITHE_ASSIGN(t, Tensor::empty(DType::u8, {static_cast<int64_t>(std::max<size_t>(bytes, 256))}, Device::cuda));
+    }
+    return t.data();
+  }
+};
+
+class CudaBackend final : public Backend {
+ public:
+  static Result<std::unique_ptr<Backend>> create() {
+    if (!cuda_available())
+      return error(StatusCode::unsupported, "--device cuda: no CUDA device is visible (check nvidia-smi / "
+                   "CUDA_VISIBLE_DEVICES), or use --device cpu");
+    std::unique_ptr<CudaBackend> b(new CudaBackend());
+    LITHE_ASSIGN(b->info_, cuda::device_info());
+    if (b->info_.major < 8)
+      return error(StatusCode::unsupported, "--device cuda needs compute capability 8.0 or newer; {} is {}.{}",
+                   b->info_.name, b->info_.major, b->info_.minor);
+    LITHE_TRY(check(cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+    LITHE_TRY(check_blas(cublasCreate(&b->blas_), "cublasCreate"));
+    LITHE_TRY(check_blas(cublasSetStream(b->blas_, b->stream_), "cublasSetStream"));
+    LITHE_ASSIGN(void* ws, b->blas_ws_.get(32u << 20));
+    LITHE_TRY(check_blas(cublasSetWorkspace(b->blas_, ws, 32u << 20), "cublasSetWorkspace"));
+    b->steps_ = std::make_unique<StepGraph>(b->stream_);
+    return std::unique_ptr<Backend>(std::move(b));
+  }
+  ~CudaBackend() override {
+    steps_.reset();
+    if (blas_ != nullptr) cublasDestroy(blas_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  Device device() const override { return Device::cuda; }
+  std::string_view name() const override { return "cuda"; }
+  DType fallback_weight_dtype() const override { return DType::f16; }
+
+  Result<Tensor> alloc(DType dtype, const Shape& shape) override { return Tensor::empty(dtype, shape, Device::cuda); }
+  bool supports_weight(DType dtype) const override {
+    return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16;
+  }
+  Result<Tensor> prepare_weight(const Tensor& w) override {
+    if (w.ndim() == 2) {
+      LITHE_TRY(weight_type(w).status());
+    }
+    if (w.ndim() != 2 && w.dtype() != DType::f32)
+      return error(StatusCode::unsupported, "the cuda backend takes vectors as f32, got {}", w.describe());
+    if (w.device() == Device::cuda) return w;
+    return w.to(Device::cuda);
+  }
+
+  Status embedding(const Tensor& table, const int32_t* ids, int64_t n, Tensor& out) override {
+    const int64_t vocab = table.dim(0), d = table.dim(1);
+    LITHE_TRY(check_act(out, n, d, "embedding output"));
+    LITHE_TRY(check_weight(table, "embedding table"));
+    LITHE_ASSIGN(cuda::WeightType wt, weight_type(table));
+    for (int64_t i = 0; i < n; ++i)
+      if (ids[i] < 0 || ids[i] >= vocab)
+        return error(StatusCode::invalid_argument, "token id {} is out of range for a vocabulary of {}", ids[i], vocab);
+    LITHE_ASSIGN(const void* dids, steps_->stage(ids, static_cast<size_t>(n) * sizeof(int32_t)));
+    if (steps_->replaying()) return Status::ok();
+    return cuda::embedding(table.data(), wt, d, static_cast<const int32_t*>(dids), n, out.data_as<float>(), stream_);
+  }
+
+  Status linear(const Tensor& w, const Tensor& x, int64_t m, Tensor& y) override {
+    const Tensor* ws[] = {&w};
+    Tensor* ys[] = {&y};
+    return project(ws, ys, x, m, cuda::Epilogue::store);
+  }
+  Status linear_many(std::span<const Tensor* const> ws, const Tensor& x, int64_t m, std::span<Tensor*> ys) override {
+    if (ws.size() != ys.size() || ws.empty())
+      return error(StatusCode::invalid_argument, "linear_many: {} weights but {} outputs", ws.size(), ys.size());
+    if (m <= cuda::kMatvecMaxRows && ws.size() <= 3) return project(ws, ys, x, m, cuda::Epilogue::store);
+    for (size_t j = 0; j < ws.size(); ++j) LITHE_TRY(linear(*ws[j], x, m, *ys[j]));
+    return Status::ok();
+  }
+  Status linear_residual(const Tensor& w, const Tensor& x, int64_t m, Tensor& y, Tensor& scratch) override {
+    (void)scratch;  // the product accumulates into y directly (matvec epilogue or GEMM beta = 1)
+    const Tensor* ws[] = {&w};
+    Tensor* ys[] = {&y};
+    return project(ws, ys, x, m, cuda::Epilogue::accumulate);
+  }
+  Status swiglu(const Tensor& w_gate, const Tensor& w_up, const Tensor& x, int64_t m, Tensor& gate,
+                Tensor& up) override {
+    const Tensor* ws[] = {&w_gate, &w_up};
+    Tensor* ys[] = {&gate, &up};
+    if (m <= cuda::kMatvecMaxRows) return project(ws, ys, x, m, cuda::Epilogue::swiglu);
+    LITHE_TRY(project(std::span<const Tensor* const>(ws, 1), std::span<Tensor*>(ys, 1), x, m, cuda::Epilogue::store));
+    LITHE_TRY(project(std::span<const Tensor* const>(ws + 1, 1), std::span<Tensor*>(ys + 1, 1), x, m,
+                      cuda::Epilogue::store));
+    return silu_mul(gate, up, m);
+  }
+
+  Status add_bias(Tensor& y, int64_t m, const Tensor& bias) override {
+    LITHE_TRY(check_act(y, m, bias.numel(), "bias target"));
+    if (steps_->replaying()) return Status::ok();
+    return cuda::add_bias(y.data_as<float>(), bias.data_as<float>(), m, bias.numel(), stream_);
+  }
+  Status rmsnorm(const Tensor& x, int64_t m, const Tensor& weight, float eps, Tensor& y) override {
+    const int64_t n = weight.numel();
+    LITHE_TRY(check_act(x, m, n, "rmsnorm input"));
+    LITHE_TRY(check_act(y, m, n, "rmsnorm output"));
+    if (steps_->replaying()) return Status::ok();
+    return cuda::rmsnorm(x.data_as<float>(), weight.data_as<float>(), eps, m, n, y.data_as<float>(), stream_);
+  }
+  Status rope(Tensor& x, int64_t m, int64_t n_heads, int64_t head_dim, const int32_t* pos, const cpu::RopeTable& table,
+              cpu::RopeStyle style) override {
+    LITHE_TRY(check_act(x, m, n_heads * head_dim, "rope input"));
+    LITHE_ASSIGN(const float* freq, rope_freqs(table));
+    LITHE_ASSIGN(const void* dpos, steps_->stage(pos, static_cast<size_t>(m) * sizeof(int32_t)));
+    if (steps_->replaying()) return Status::ok();
+    return cuda::rope(x.data_as<float>(), m, n_heads, head_dim, static_cast<const int32_t*>(dpos), freq, table.rot_dim,
+                      style == cpu::RopeStyle::interleaved ? cuda::RopeMode::interleaved : cuda::RopeMode::half,
+                      stream_);
+  }
+  Status silu_mul(Tensor& gate, const Tensor& up, int64_t m) override {
+    LITHE_TRY(check_act(gate, m, up.dim(1), "silu_mul gate"));
+    if (steps_->replaying()) return Status::ok();
+    return cuda::silu_mul(gate.data_as<float>(), up.data_as<float>(), m * up.dim(1), stream_);
+  }
+  Status add(Tensor& y, const Tensor& x, int64_t m) override {
+    LITHE_TRY(check_act(y, m, x.dim(1), "add target"));
+    if (steps_->replaying()) return Status::ok();
+    return cuda::add(y.data_as<float>(), x.data_as<float>(), m * x.dim(1), stream_);
+  }
+
+  Status attention(KvCache& cache, int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t m,
+                   const int32_t* q_pos, const int64_t* slots, const AttentionShape& shape, Tensor& out) override {
+    const int64_t kv_dim = cache.kv_dim();
+    LITHE_TRY(check_act(k, m, kv_dim, "attention k"));
+    LITHE_TRY(check_act(v, m, kv_dim, "attention v"));
+    LITHE_TRY(check_act(q, m, shape.n_heads * shape.head_dim, "attention q"));
+    LITHE_TRY(check_act(out, m, shape.n_heads * shape.head_dim, "attention out"));
+    if (shape.n_kv_heads * shape.head_dim != kv_dim || shape.n_kv_heads <= 0 || shape.n_heads % shape.n_kv_heads != 0)
+      return error(StatusCode::invalid_argument, "attention: {} heads x {} and {} kv heads do not match the cache's {}",
+                   shape.n_heads, shape.head_dim, shape.n_kv_heads, kv_dim);
+    if (cache.k(layer).device() != Device::cuda || !cache.device_positions().defined())
+      return error(StatusCode::invalid_argument, "attention: the KV cache is on {}, the backend on cuda",
+                   device_name(cache.k(layer).device()));
+    const int32_t n_kv = static_cast<int32_t>(cache.size());
+    LITHE_ASSIGN(const void* dslots, steps_->stage(slots, static_cast<size_t>(m) * sizeof(int64_t)));
+    LITHE_ASSIGN(const void* dqpos, steps_->stage(q_pos, static_cast<size_t>(m) * sizeof(int32_t)));
+    LITHE_ASSIGN(const void* dnkv, steps_->stage(&n_kv, sizeof(int32_t)));
+    const cuda::KvType kt = cache.dtype() == DType::f16 ? cuda::KvType::f16 : cuda::KvType::f32;
+    int32_t* kv_pos = cache.device_positions().data_as<int32_t>();
+    cuda::AttentionParams p;
+    p.q = q.data_as<float>();
+    p.q_pos = static_cast<const int32_t*>(dqpos);
+    p.n_q = m;
+    p.k = cache.k(layer).data();
+    p.v = cache.v(layer).data();
+    p.kv = kt;
+    p.kv_pos = kv_pos;
+    p.n_kv = static_cast<const int32_t*>(dnkv);
+    p.kv_capacity = cache.capacity();
+    p.kv_stride = kv_dim;
+    p.n_heads = shape.n_heads;
+    p.n_kv_heads = shape.n_kv_heads;
+    p.head_dim = shape.head_dim;
+    p.scale = shape.scale;
+    p.out = out.data_as<float>();
+    size_t work_bytes = 0;
+    if (m <= cuda::kDecodeMaxQueries) work_bytes = cuda::attention_decode_work_bytes(p);
+    void* work = nullptr;
+    if (work_bytes > 0) {
+      LITHE_ASSIGN(work, attn_ws_.get(work_bytes));
+    }
+    if (steps_->replaying()) return Status::ok();
+    // Positions are written with layer 0's K/V (every layer shares them).
+    LITHE_TRY(cuda::kv_store(k.data_as<float>(), v.data_as<float>(), m, kv_dim, static_cast<const int64_t*>(dslots),
+                             static_cast<const int32_t*>(dqpos), cache.k(layer).data(), cache.v(layer).data(), kt,
+                             layer == 0 ? kv_pos : nullptr, stream_));
+    if (m <= cuda::kDecodeMaxQueries) return cuda::attention_decode(p, work, stream_);
+    return cuda::attention_prefill(p, n_kv, stream_);
+  }
+
+  Status to_host(const Tensor& x, int64_t m, float* dst) override {
+    LITHE_TRY(check_act(x, m, -1, "to_host"));
+    const size_t bytes = static_cast<size_t>(m * x.dim(1)) * sizeof(float);
+    LITHE_TRY(check(cudaMemcpyAsync(dst, x.data(), bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (to host)"));
+    LITHE_TRY(check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+    steps_->synced();
+    return Status::ok();
+  }
+
+  Status top_k(const Tensor& logits, int64_t rows, int k, float* vals, int32_t* ids) override {
+    LITHE_TRY(check_act(logits, rows, -1, "top_k logits"));
+    const int64_t vocab = logits.dim(1);
+    if (k > cuda::kTopKMax || k > vocab) return Backend::top_k(logits, rows, k, vals, ids);
+    if (k <= 0) return error(StatusCode::invalid_argument, "top_k: k = {} must be positive", k);
+    const size_t n = static_cast<size_t>(rows) * static_cast<size_t>(k);
+    LITHE_ASSIGN(void* dv, topk_vals_.get(n * sizeof(float)));
+    LITHE_ASSIGN(void* di, topk_ids_.get(n * sizeof(int32_t)));
+    LITHE_TRY(cuda::top_k(logits.data_as<float>(), rows, vocab, k, static_cast<float*>(dv), static_cast<int32_t*>(di),
+                          stream_));
+    LITHE_TRY(check(cudaMemcpyAsync(vals, dv, n * sizeof(float), cudaMemcpyDeviceToHost, stream_), "top_k copy"));
+    LITHE_TRY(check(cudaMemcpyAsync(ids, di, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_), "top_k copy"));
+    LITHE_TRY(check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+    steps_->synced();
+    return Status::ok();
+  }
+
+  Status fill_random(Tensor& t, uint64_t seed, float center, float scale) override {
+    if (t.device() != Device::cuda) return Backend::fill_random(t, seed, center, scale);
+    LITHE_ASSIGN(cuda::WeightType wt, weight_type(t));
+    LITHE_TRY(cuda::fill_uniform(t.data(), wt, t.numel(), seed, center, scale, stream_));
+    return check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+
+  Status begin_step(uint64_t key) override { return steps_->begin(key); }
+  Status end_step(bool run) override { return steps_->end(run); }
+
+ private:
+  CudaBackend() = default;
+
+  // ys[j] (+)= x · ws[j]ᵀ for one epilogue: the matvec kernel for few rows, cuBLAS otherwise.
+  Status project(std::span<const Tensor* const> ws, std::span<Tensor*> ys, const Tensor& x, int64_t m,
+                 cuda::Epilogue e) {
+    const int64_t n_in = ws[0]->dim(1);
+    LITHE_TRY(check_act(x, m, n_in, "linear input"));
+    LITHE_ASSIGN(cuda::WeightType wt, weight_type(*ws[0]));
+    for (size_t j = 0; j < ws.size(); ++j) {
+      LITHE_TRY(check_weight(*ws[j], "linear weight"));
+      LITHE_TRY(check_act(*ys[j], m, ws[j]->dim(0), "linear output"));
+      if (ws[j]->dtype() != ws[0]->dtype() || ws[j]->dim(1) != n_in)
+        return error(StatusCode::invalid_argument, "linear: fused weights {} and {} differ in dtype or width",
+                     ws[0]->describe(), ws[j]->describe());
+    }
+    if (steps_->replaying()) return Status::ok();
+    if (m <= cuda::kMatvecMaxRows && n_in % 8 == 0) {
+      cuda::MatvecOut outs[3];
+      for (size_t j = 0; j < ws.size(); ++j) outs[j] = {ws[j]->data(), ws[j]->dim(0), ys[j]->data_as<float>()};
+      return cuda::matvec(outs, static_cast<int>(ws.size()), wt, n_in, x.data_as<float>(), m, e, stream_);
+    }
+    if (e == cuda::Epilogue::swiglu)
+      return error(StatusCode::internal, "swiglu epilogue reached the GEMM path");
+    for (size_t j = 0; j < ws.size(); ++j)
+      LITHE_TRY(gemm(*ws[j], wt, x, m, *ys[j], e == cuda::Epilogue::accumulate ? 1.0f : 0.0f));
+    return Status::ok();
+  }
+
+  // y[m, n_out] = x[m, n_in] · wᵀ + beta · y, f32 accumulation.
+  Status gemm(const Tensor& w, cuda::WeightType wt, const Tensor& x, int64_t m, Tensor& y, float beta) {
+    const auto n_out = static_cast<int>(w.dim(0)), n_in = static_cast<int>(w.dim(1)), rows = static_cast<int>(m);
+    const float alpha = 1.0f;
+    const void* xin = x.data();
+    cudaDataType_t at = CUDA_R_32F;
+    if (wt != cuda::WeightType::f32) {
+      LITHE_ASSIGN(void* conv, x16_.get(static_cast<size_t>(m * n_in) * 2));
+      if (wt == cuda::WeightType::f16) {
+        LITHE_TRY(cuda::to_f16(x.data_as<float>(), m * n_in, conv, stream_));
+        at = CUDA_R_16F;
+      } else {
+        LITHE_TRY(cuda::to_bf16(x.data_as<float>(), m * n_in, conv, stream_));
+        at = CUDA_R_16BF;
+      }
+      xin = conv;
+    }
+    // Column-major view: yᵀ [n_out, m] = W [n_in, n_out]ᵀ · xᵀ [n_in, m].
+    return check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, n_out, rows, n_in, &alpha, w.data(), at, n_in, xin,
+                                   at, n_in, &beta, y.data(), CUDA_R_32F, n_out, CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT),
+                      "cublasGemmEx");
+  }
+
+  // The rope table's frequencies on the device, uploaded once per table.
+  Result<const float*> rope_freqs(const cpu::RopeTable& t) {
+    auto it = rope_.find(&t);
+    if (it == rope_.end() || it->second.numel() != static_cast<int64_t>(t.inv_freq.size())) {
+      if (steps_->capturing() || steps_->replaying())
+        return error(StatusCode::internal, "rope table first seen inside a captured step");
+      Tensor h;
+      LITHE_ASSIGN(h, Tensor::empty(DType::f32, {static_cast<int64_t>(t.inv_freq.size())}));
+      std::copy(t.inv_freq.begin(), t.inv_freq.end(), h.data_as<float>());
+      LITHE_ASSIGN(Tensor d, h.to(Device::cuda));
+      it = rope_.insert_or_assign(&t, std::move(d)).first;
+    }
+    return it->second.data_as<const float>();
+  }
+
+  cuda::DeviceInfo info_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  std::unique_ptr<StepGraph> steps_;
+  Scratch blas_ws_, x16_, attn_ws_, topk_vals_, topk_ids_;
+  std::map<const cpu::RopeTable*, Tensor> rope_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> make_cuda_backend() { return CudaBackend::create(); }
+
+}  // namespace lithe

@@ -1,0 +1,123 @@
+#include "step_graph.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+namespace lithe::cuda_backend {
+
+Status check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return Status::ok();
+  return error(StatusCode::internal, "{} failed: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+StepGraph::~StepGraph() {
+  for (auto& [k, e] : steps_)
+    if (e.exec != nullptr) cudaGraphExecDestroy(e.exec);
+  if (host_ != nullptr) cudaFreeHost(host_);
+  if (dev_ != nullptr) cudaFree(dev_);
+}
+
+Status StepGraph::reserve(size_t bytes) {
+  if (bytes <= cap_) return Status::ok();
+  if (mode_ != Mode::eager)
+    return error(StatusCode::internal, "step staging of {} bytes outgrew its {} bytes inside a captured step", bytes,
+                 cap_);
+  LITHE_TRY(check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+  // Captured graphs point into the old buffers: they are dropped with them.
+  for (auto& [k, e] : steps_)
+    if (e.exec != nullptr) cudaGraphExecDestroy(e.exec);
+  steps_.clear();
+  if (host_ != nullptr) cudaFreeHost(host_);
+  if (dev_ != nullptr) cudaFree(dev_);
+  host_ = dev_ = nullptr;
+  cap_ = std::max<size_t>(bytes, 1 << 20);
+  LITHE_TRY(check(cudaMallocHost(&host_, cap_), "cudaMallocHost (staging)"));
+  LITHE_TRY(check(cudaMalloc(&dev_, cap_), "cudaMalloc (staging)"));
+  cursor_ = 0;
+  return Status::ok();
+}
+
+Result<const void*> StepGraph::stage(const void* host, size_t bytes) {
+  size_t at = (cursor_ + 15) & ~size_t{15};
+  if (at + bytes > cap_) {
+    if (mode_ != Mode::eager)
+      return error(StatusCode::internal, "a captured step staged more than its {} bytes of host arguments", cap_);
+    LITHE_TRY(check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));  // earlier pieces are consumed
+    at = cursor_ = 0;
+    LITHE_TRY(reserve(bytes));
+  }
+  if (mode_ == Mode::replay) {
+    if (piece_ >= cur_->sizes.size() || cur_->sizes[piece_] != bytes)
+      return error(StatusCode::internal, "a replayed step staged {} bytes as piece {}, its capture staged {}", bytes,
+                   piece_, piece_ < cur_->sizes.size() ? cur_->sizes[piece_] : 0);
+    ++piece_;
+  } else if (mode_ == Mode::capture) {
+    cur_->sizes.push_back(bytes);
+  }
+  if (bytes > 0) std::memcpy(host_ + at, host, bytes);
+  if (mode_ == Mode::eager && bytes > 0)
+    LITHE_TRY(check(cudaMemcpyAsync(dev_ + at, host_ + at, bytes, cudaMemcpyHostToDevice, stream_), "staging upload"));
+  cursor_ = at + bytes;
+  return static_cast<const void*>(dev_ + at);
+}
+
+Status StepGraph::begin(uint64_t key) {
+  if (mode_ != Mode::eager) return error(StatusCode::internal, "begin_step inside a step");
+  LITHE_TRY(reserve(1 << 20));
+  LITHE_TRY(check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+  cursor_ = 0;
+  if (steps_.size() >= kMaxSteps && steps_.find(key) == steps_.end()) {  // caches come and go: start afresh
+    for (auto& [k, e] : steps_)
+      if (e.exec != nullptr) cudaGraphExecDestroy(e.exec);
+    steps_.clear();
+  }
+  cur_ = &steps_[key];
+  cur_->seen++;
+  if (cur_->exec != nullptr) {
+    mode_ = Mode::replay;
+    piece_ = 0;
+  } else if (cur_->seen >= 2) {
+    mode_ = Mode::capture;
+    cur_->sizes.clear();
+    LITHE_TRY(check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture"));
+    // The step's one upload; its size is fixed at end().
+    LITHE_TRY(check(cudaMemcpyAsync(dev_, host_, cap_, cudaMemcpyHostToDevice, stream_), "staging upload (capture)"));
+  }
+  return Status::ok();
+}
+
+Status StepGraph::end(bool run) {
+  const Mode m = mode_;
+  mode_ = Mode::eager;
+  if (m == Mode::replay) {
+    if (!run) return Status::ok();
+    if (piece_ != cur_->sizes.size())
+      return error(StatusCode::internal, "a replayed step staged {} pieces, its capture {}", piece_,
+                   cur_->sizes.size());
+    return check(cudaGraphLaunch(cur_->exec, stream_), "cudaGraphLaunch");
+  }
+  if (m != Mode::capture) return Status::ok();
+  cudaGraph_t graph = nullptr;
+  LITHE_TRY(check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture"));
+  if (!run) {
+    cudaGraphDestroy(graph);
+    cur_->seen = 0;
+    return Status::ok();
+  }
+  // Shrink the leading upload (the graph's only root) to what the step staged.
+  size_t n_roots = 1;
+  cudaGraphNode_t root = nullptr;
+  Status st = check(cudaGraphGetRootNodes(graph, &root, &n_roots), "cudaGraphGetRootNodes");
+  if (st.is_ok() && n_roots != 1) st = error(StatusCode::internal, "captured step has {} roots, expected 1", n_roots);
+  if (st.is_ok())
+    st = check(cudaGraphMemcpyNodeSetParams1D(root, dev_, host_, std::max<size_t>(cursor_, 16),
+                                              cudaMemcpyHostToDevice),
+               "cudaGraphMemcpyNodeSetParams1D");
+  if (st.is_ok()) st = check(cudaGraphInstantiate(&cur_->exec, graph, 0), "cudaGraphInstantiate");
+  cudaGraphDestroy(graph);
+  LITHE_TRY(st);
+  return check(cudaGraphLaunch(cur_->exec, stream_), "cudaGraphLaunch");
+}
+
+}  // namespace lithe::cuda_backend

@@ -1,0 +1,66 @@
+// Host arguments of CUDA ops (token ids, positions, cache slots, cache lengths) and the capture /
+// replay of decode steps as CUDA graphs.
+//
+// Every op copies its host arrays into a pinned staging buffer and reads them from a device
+// mirror of it. Outside a step (eager) each op uploads its own piece. Inside a step:
+//   - the first time a key is seen, ops run eagerly (buffers grow, cuBLAS/attention scratch is
+//     sized);
+//   - the second time, the step is captured: one upload of the whole staging region first, then
+//     every kernel; at end_step the upload is shrunk to the bytes staged and the graph instantiated;
+//   - afterwards ops only write their arrays into the same staging offsets (checked against the
+//     capture) and end_step launches the graph.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <unordered_map>
+#include <vector>
+
+#include "lithe/core/status.h"
+
+namespace lithe::cuda_backend {
+
+Status check(cudaError_t e, const char* what);
+
+class StepGraph {
+ public:
+  explicit StepGraph(cudaStream_t s) : stream_(s) {}
+  ~StepGraph();
+  StepGraph(const StepGraph&) = delete;
+  StepGraph& operator=(const StepGraph&) = delete;
+
+  // Device address holding a copy of `bytes` bytes at `host` by the time later work on the stream
+  // runs. Eager: uploads now; capture/replay: staged for the step's single upload.
+  Result<const void*> stage(const void* host, size_t bytes);
+  // True when ops must not enqueue work (the step is replayed from its graph).
+  bool replaying() const { return mode_ == Mode::replay; }
+  bool capturing() const { return mode_ == Mode::capture; }
+
+  Status begin(uint64_t key);
+  Status end(bool run);
+  // The stream is idle: staging space may be reused.
+  void synced() {
+    if (mode_ == Mode::eager) cursor_ = 0;
+  }
+
+ private:
+  enum class Mode { eager, capture, replay };
+  struct Entry {
+    int seen = 0;
+    cudaGraphExec_t exec = nullptr;
+    std::vector<size_t> sizes;  // staged piece sizes, in op order
+  };
+  Status reserve(size_t bytes);
+  static constexpr size_t kMaxSteps = 64;  // distinct step keys remembered (graphs kept)
+
+  cudaStream_t stream_;
+  Mode mode_ = Mode::eager;
+  Entry* cur_ = nullptr;
+  size_t piece_ = 0;  // index into cur_->sizes while replaying
+  char* host_ = nullptr;
+  char* dev_ = nullptr;
+  size_t cap_ = 0, cursor_ = 0;
+  std::unordered_map<uint64_t, Entry> steps_;
+};
+
+}  // namespace lithe::cuda_backend

@@ -1,0 +1,395 @@
+// Runs on a GPU machine: the element-wise CUDA kernels (src/kernels/cuda/elementwise.cu) against
+// scalar references (cpu:: kernels where they exist, plain loops otherwise) on random inputs with
+// fixed seeds and odd sizes, aligned (float4 path) and offset by one element (scalar path).
+// Argument checks run without a device (the launchers fail before touching it).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "lithe/core/buffer.h"
+#include "lithe/core/half.h"
+#include "lithe/kernels/cpu.h"
+#include "lithe/kernels/cuda_ops.h"
+
+using namespace lithe;
+
+namespace {
+
+// Device copy of a host vector (one spare element so callers may offset by one).
+template <typename T>
+class Dev {
+ public:
+  explicit Dev(const std::vector<T>& h) {
+    EXPECT_EQ(cudaMalloc(&p_, (h.size() + 1) * sizeof(T)), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(p_, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    n_ = h.size();
+  }
+  // The same data starting one element into the allocation (misaligned for float4).
+  static Dev offset(const std::vector<T>& h) {
+    std::vector<T> shifted(h.size() + 1);
+    std::copy(h.begin(), h.end(), shifted.begin() + 1);
+    Dev d(shifted);
+    d.off_ = 1;
+    d.n_ = h.size();
+    return d;
+  }
+  Dev(Dev&& o) noexcept : p_(o.p_), n_(o.n_), off_(o.off_) { o.p_ = nullptr; }
+  Dev(const Dev&) = delete;
+  ~Dev() { cudaFree(p_); }
+  T* get() const { return p_ + off_; }
+  std::vector<T> host() const {
+    std::vector<T> h(n_);
+    EXPECT_EQ(cudaMemcpy(h.data(), get(), n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0, off_ = 0;
+};
+
+template <typename T>
+Dev<T> upload(const std::vector<T>& h, bool misalign) {
+  return misalign ? Dev<T>::offset(h) : Dev<T>(h);
+}
+
+std::vector<float> randn(size_t n, std::mt19937& rng, float mean = 0.0f, float sd = 1.0f) {
+  std::normal_distribution<float> nd(mean, sd);
+  std::vector<float> v(n);
+  for (float& x : v) x = nd(rng);
+  return v;
+}
+
+uint32_t bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+constexpr int64_t kSizes[] = {1, 3, 17, 576, 1000, 4097};
+constexpr int64_t kRows[] = {1, 2, 7};
+
+class CudaElementwise : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
+  }
+  void TearDown() override {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  void sync() { ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess); }
+  cudaStream_t stream_ = nullptr;
+};
+
+// |got - want| <= rel * |want| + abs, reporting the first failure.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, float rel, float abs,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_LE(std::fabs(got[i] - want[i]), rel * std::fabs(want[i]) + abs)
+        << what << " i=" << i << " got " << got[i] << " want " << want[i];
+}
+
+void expect_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(bits(got[i]), bits(want[i])) << what << " i=" << i << " got " << got[i] << " want " << want[i];
+}
+
+}  // namespace
+
+TEST_F(CudaElementwise, EmbeddingGathersRowsOfEveryTableType) {
+  std::mt19937 rng(11);
+  const int64_t vocab = 37;
+  for (cuda::WeightType t : {cuda::WeightType::f32, cuda::WeightType::f16, cuda::WeightType::bf16}) {
+    for (int64_t d : kSizes) {
+      const std::vector<float> values = randn(static_cast<size_t>(vocab * d), rng);
+      // The table in its type, and the exact f32 values it holds.
+      std::vector<float> exact(values.size()), table32;
+      std::vector<uint16_t> table16(values.size());
+      for (size_t i = 0; i < values.size(); ++i) {
+        if (t == cuda::WeightType::f16) {
+          table16[i] = f32_to_f16(values[i]);
+          exact[i] = f16_to_f32(table16[i]);
+        } else if (t == cuda::WeightType::bf16) {
+          table16[i] = f32_to_bf16(values[i]);
+          exact[i] = bf16_to_f32(table16[i]);
+        } else {
+          exact[i] = values[i];
+        }
+      }
+      Dev<float> t32(t == cuda::WeightType::f32 ? values : std::vector<float>{});
+      Dev<uint16_t> t16(t == cuda::WeightType::f32 ? std::vector<uint16_t>{} : table16);
+      const void* table = t == cuda::WeightType::f32 ? static_cast<const void*>(t32.get()) : t16.get();
+      for (int64_t n : kRows) {
+        std::vector<int32_t> ids(static_cast<size_t>(n));
+        for (auto& id : ids) id = static_cast<int32_t>(rng() % vocab);
+        ids[0] = static_cast<int32_t>(vocab - 1);
+        Dev<int32_t> dids(ids);
+        Dev<float> out(std::vector<float>(static_cast<size_t>(n * d), -7.0f));
+        ASSERT_TRUE(cuda::embedding(table, t, d, dids.get(), n, out.get(), stream_).is_ok());
+        sync();
+        std::vector<float> want(static_cast<size_t>(n * d));
+        for (int64_t r = 0; r < n; ++r)
+          std::copy_n(exact.begin() + ids[r] * d, d, want.begin() + r * d);
+        expect_bits(out.host(), want, "type " + std::to_string(static_cast<int>(t)) + " d=" + std::to_string(d) +
+                                          " n=" + std::to_string(n));
+      }
+    }
+  }
+}
+
+TEST_F(CudaElementwise, RmsNormMatchesCpu) {
+  std::mt19937 rng(12);
+  for (int64_t n : kSizes) {
+    for (int64_t m : kRows) {
+      const std::vector<float> x = randn(static_cast<size_t>(m * n), rng, 0.0f, 2.0f);
+      const std::vector<float> w = randn(static_cast<size_t>(n), rng, 1.0f, 0.5f);
+      std::vector<float> want(x.size());
+      cpu::rmsnorm(x.data(), w.data(), 1e-5f, m, n, want.data());
+      for (int variant = 0; variant < 3; ++variant) {  // separate output, in place, misaligned
+        const std::string what = "n=" + std::to_string(n) + " m=" + std::to_string(m) + " variant " +
+                                 std::to_string(variant);
+        Dev<float> dx = upload(x, variant == 2), dw = upload(w, variant == 2);
+        Dev<float> dy = upload(std::vector<float>(x.size(), 0.0f), variant == 2);
+        float* y = variant == 1 ? dx.get() : dy.get();
+        ASSERT_TRUE(cuda::rmsnorm(dx.get(), dw.get(), 1e-5f, m, n, y, stream_).is_ok());
+        sync();
+        expect_close(variant == 1 ? dx.host() : dy.host(), want, 1e-5f, 1e-7f, what);
+      }
+    }
+  }
+}
+
+TEST_F(CudaElementwise, AddAndAddBiasAreExact) {
+  std::mt19937 rng(13);
+  for (int64_t n : kSizes) {
+    for (bool misalign : {false, true}) {
+      const std::vector<float> x = randn(static_cast<size_t>(n), rng), y = randn(static_cast<size_t>(n), rng);
+      Dev<float> dx = upload(x, misalign), dy = upload(y, misalign);
+      ASSERT_TRUE(cuda::add(dx.get(), dy.get(), n, stream_).is_ok());
+      sync();
+      std::vector<float> want(x);
+      for (size_t i = 0; i < want.size(); ++i) want[i] += y[i];
+      expect_bits(dx.host(), want, "add n=" + std::to_string(n) + " misalign " + std::to_string(misalign));
+    }
+    for (int64_t m : kRows) {
+      const std::vector<float> y = randn(static_cast<size_t>(m * n), rng), b = randn(static_cast<size_t>(n), rng);
+      Dev<float> dy(y), db(b);
+      ASSERT_TRUE(cuda::add_bias(dy.get(), db.get(), m, n, stream_).is_ok());
+      sync();
+      std::vector<float> want(y);
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t c = 0; c < n; ++c) want[r * n + c] += b[c];
+      expect_bits(dy.host(), want, "add_bias n=" + std::to_string(n) + " m=" + std::to_string(m));
+    }
+  }
+}
+
+TEST_F(CudaElementwise, SiluMulMatchesCpu) {
+  std::mt19937 rng(14);
+  for (int64_t n : kSizes) {
+    for (bool misalign : {false, true}) {
+      const std::vector<float> g = randn(static_cast<size_t>(n), rng, 0.0f, 4.0f), u = randn(static_cast<size_t>(n), rng);
+      std::vector<float> want(g);
+      cpu::silu_mul(want.data(), u.data(), n);
+      Dev<float> dg = upload(g, misalign), du = upload(u, misalign);
+      ASSERT_TRUE(cuda::silu_mul(dg.get(), du.get(), n, stream_).is_ok());
+      sync();
+      expect_close(dg.host(), want, 1e-5f, 1e-30f, "n=" + std::to_string(n) + " misalign " + std::to_string(misalign));
+    }
+  }
+}
+
+TEST_F(CudaElementwise, RopeMatchesCpuAtLongPositions) {
+  std::mt19937 rng(15);
+  struct Shape {
+    int64_t head_dim, rot_dim, n_heads;
+  };
+  for (Shape sh : {Shape{64, 64, 3}, Shape{128, 128, 32}, Shape{128, 64, 5}, Shape{80, 32, 2}}) {
+    cpu::RopeTable table;
+    table.rot_dim = sh.rot_dim;
+    for (int64_t i = 0; i < sh.rot_dim / 2; ++i)
+      table.inv_freq.push_back(static_cast<float>(std::pow(500000.0, -2.0 * static_cast<double>(i) / sh.rot_dim)));
+    Dev<float> freq(table.inv_freq);
+    for (cuda::RopeMode mode : {cuda::RopeMode::interleaved, cuda::RopeMode::half}) {
+      for (int64_t m : kRows) {
+        std::uniform_real_distribution<float> ud(-1.0f, 1.0f);
+        std::vector<float> x(static_cast<size_t>(m * sh.n_heads * sh.head_dim));
+        for (float& v : x) v = ud(rng);
+        std::vector<int32_t> pos(static_cast<size_t>(m));
+        for (auto& p : pos) p = static_cast<int32_t>(rng() % 100001);
+        pos[0] = 100000;
+        if (m > 1) pos[1] = 0;
+        std::vector<float> want(x);
+        cpu::rope(want.data(), m, sh.n_heads, sh.head_dim, pos.data(), table,
+                  mode == cuda::RopeMode::interleaved ? cpu::RopeStyle::interleaved : cpu::RopeStyle::half);
+        Dev<float> dx(x);
+        Dev<int32_t> dpos(pos);
+        ASSERT_TRUE(
+            cuda::rope(dx.get(), m, sh.n_heads, sh.head_dim, dpos.get(), freq.get(), sh.rot_dim, mode, stream_).is_ok());
+        sync();
+        const std::vector<float> got = dx.host();
+        const std::string what = "head_dim " + std::to_string(sh.head_dim) + " rot " + std::to_string(sh.rot_dim) +
+                                 " mode " + std::to_string(static_cast<int>(mode)) + " m=" + std::to_string(m);
+        for (size_t i = 0; i < got.size(); ++i) {
+          if (static_cast<int64_t>(i) % sh.head_dim >= sh.rot_dim)  // beyond rot_dim: untouched
+            ASSERT_EQ(bits(got[i]), bits(x[i])) << what << " i=" << i;
+          else
+            ASSERT_NEAR(got[i], want[i], 1e-5f) << what << " i=" << i;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaElementwise, ConversionsRoundToNearestEven) {
+  std::mt19937 rng(16);
+  // Edge cases first: zeros, infinities, f16 overflow boundary, exact ties, subnormals.
+  const std::vector<float> special = {0.0f, -0.0f, INFINITY, -INFINITY, 65504.0f, 65519.99f, 65520.0f, -65520.0f,
+                                      1e-8f, -3e-8f, std::ldexp(1.0f, -25), std::ldexp(3.0f, -25),
+                                      1.0f + std::ldexp(1.0f, -11), 1.0f + std::ldexp(3.0f, -11),
+                                      1.0f + std::ldexp(1.0f, -8), 1.0f + std::ldexp(3.0f, -8), 1e-40f, -3e-39f,
+                                      3.4e38f, -3.39e38f};
+  for (int64_t n : kSizes) {
+    for (bool misalign : {false, true}) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (i < special.size()) {
+          x[i] = special[i];
+        } else if (i % 2) {  // random bit patterns over all exponents (NaNs skipped)
+          uint32_t b = static_cast<uint32_t>(rng());
+          if ((b & 0x7f800000u) == 0x7f800000u) b &= 0xbfffffffu;
+          std::memcpy(&x[i], &b, 4);
+        } else {  // values around the f16 range, exponents -30..20
+          x[i] = std::ldexp(std::normal_distribution<float>()(rng), static_cast<int>(rng() % 51) - 30);
+        }
+      }
+      Dev<float> dx = upload(x, misalign);
+      Dev<uint16_t> h = upload(std::vector<uint16_t>(x.size()), misalign), b = upload(std::vector<uint16_t>(x.size()), misalign);
+      ASSERT_TRUE(cuda::to_f16(dx.get(), n, h.get(), stream_).is_ok());
+      ASSERT_TRUE(cuda::to_bf16(dx.get(), n, b.get(), stream_).is_ok());
+      sync();
+      const std::vector<uint16_t> gh = h.host(), gb = b.host();
+      for (size_t i = 0; i < x.size(); ++i) {
+        ASSERT_EQ(gh[i], f32_to_f16(x[i])) << "f16 n=" << n << " i=" << i << " x=" << x[i];
+        ASSERT_EQ(gb[i], f32_to_bf16(x[i])) << "bf16 n=" << n << " i=" << i << " x=" << x[i];
+      }
+    }
+  }
+}
+
+TEST_F(CudaElementwise, KvStoreWritesScatteredSlots) {
+  std::mt19937 rng(17);
+  const int64_t capacity = 40;
+  for (cuda::KvType kv : {cuda::KvType::f32, cuda::KvType::f16}) {
+    for (int64_t kv_dim : kSizes) {
+      for (int64_t m : kRows) {
+        for (bool with_pos : {true, false}) {
+          const std::string what = "kv " + std::to_string(static_cast<int>(kv)) + " kv_dim " + std::to_string(kv_dim) +
+                                   " m=" + std::to_string(m) + " with_pos " + std::to_string(with_pos);
+          const std::vector<float> k = randn(static_cast<size_t>(m * kv_dim), rng);
+          const std::vector<float> v = randn(static_cast<size_t>(m * kv_dim), rng);
+          std::vector<int64_t> perm(capacity);
+          std::iota(perm.begin(), perm.end(), 0);
+          std::shuffle(perm.begin(), perm.end(), rng);
+          const std::vector<int64_t> slots(perm.begin(), perm.begin() + m);
+          std::vector<int32_t> pos(static_cast<size_t>(m));
+          for (auto& p : pos) p = static_cast<int32_t>(rng() % 100000);
+          const std::vector<int32_t> kv_pos0(capacity, -1);
+          Dev<float> dk(k), dv(v);
+          Dev<int64_t> dslots(slots);
+          Dev<int32_t> dpos(pos), dkv_pos(kv_pos0);
+          int32_t* kvp = with_pos ? dkv_pos.get() : nullptr;
+          const size_t cache_n = static_cast<size_t>(capacity * kv_dim);
+          std::vector<int32_t> want_pos(kv_pos0);
+          if (with_pos)
+            for (int64_t r = 0; r < m; ++r) want_pos[slots[r]] = pos[r];
+          if (kv == cuda::KvType::f32) {
+            const std::vector<float> kc0 = randn(cache_n, rng), vc0 = randn(cache_n, rng);
+            Dev<float> kc(kc0), vc(vc0);
+            ASSERT_TRUE(cuda::kv_store(dk.get(), dv.get(), m, kv_dim, dslots.get(), dpos.get(), kc.get(), vc.get(), kv,
+                                       kvp, stream_)
+                            .is_ok());
+            sync();
+            std::vector<float> wk(kc0), wv(vc0);
+            for (int64_t r = 0; r < m; ++r) {
+              std::copy_n(k.begin() + r * kv_dim, kv_dim, wk.begin() + slots[r] * kv_dim);
+              std::copy_n(v.begin() + r * kv_dim, kv_dim, wv.begin() + slots[r] * kv_dim);
+            }
+            expect_bits(kc.host(), wk, "k " + what);
+            expect_bits(vc.host(), wv, "v " + what);
+          } else {
+            std::vector<uint16_t> kc0(cache_n), vc0(cache_n);
+            for (auto& h : kc0) h = static_cast<uint16_t>(rng());
+            for (auto& h : vc0) h = static_cast<uint16_t>(rng());
+            Dev<uint16_t> kc(kc0), vc(vc0);
+            ASSERT_TRUE(cuda::kv_store(dk.get(), dv.get(), m, kv_dim, dslots.get(), dpos.get(), kc.get(), vc.get(), kv,
+                                       kvp, stream_)
+                            .is_ok());
+            sync();
+            std::vector<uint16_t> wk(kc0), wv(vc0);
+            for (int64_t r = 0; r < m; ++r)
+              for (int64_t c = 0; c < kv_dim; ++c) {
+                wk[slots[r] * kv_dim + c] = f32_to_f16(k[r * kv_dim + c]);
+                wv[slots[r] * kv_dim + c] = f32_to_f16(v[r * kv_dim + c]);
+              }
+            ASSERT_EQ(kc.host(), wk) << what;
+            ASSERT_EQ(vc.host(), wv) << what;
+          }
+          ASSERT_EQ(dkv_pos.host(), want_pos) << what;
+        }
+      }
+    }
+  }
+}
+
+// Argument errors need no device: the launchers reject them before any CUDA call.
+TEST(CudaElementwiseArgs, BadArgumentsAreStatusesNamingTheValue) {
+  float* const p = reinterpret_cast<float*>(uintptr_t{256});  // never dereferenced
+  const int32_t* const ip = reinterpret_cast<const int32_t*>(uintptr_t{256});
+  const int64_t* const lp = reinterpret_cast<const int64_t*>(uintptr_t{256});
+  auto expect_bad = [](const Status& s, const std::string& needle) {
+    EXPECT_EQ(s.code(), StatusCode::invalid_argument) << s.to_string();
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message() << " should mention " << needle;
+  };
+  expect_bad(cuda::rope(p, 1, 2, 64, ip, p, 63, cuda::RopeMode::half, nullptr), "63");        // odd
+  expect_bad(cuda::rope(p, 1, 2, 64, ip, p, 66, cuda::RopeMode::interleaved, nullptr), "66");  // > head_dim
+  expect_bad(cuda::rope(p, -4, 2, 64, ip, p, 64, cuda::RopeMode::half, nullptr), "-4");
+  expect_bad(cuda::rope(p, 1, 2, 64, ip, nullptr, 64, cuda::RopeMode::half, nullptr), "inv_freq");
+  expect_bad(cuda::add(p, p, -1, nullptr), "-1");
+  expect_bad(cuda::add(nullptr, p, 5, nullptr), "x");
+  expect_bad(cuda::silu_mul(p, p, -2, nullptr), "-2");
+  expect_bad(cuda::add_bias(p, p, -3, 4, nullptr), "-3");
+  expect_bad(cuda::rmsnorm(p, p, 1e-5f, 2, -6, p, nullptr), "-6");
+  expect_bad(cuda::rmsnorm(p, p, -1.0f, 2, 6, p, nullptr), "eps");
+  expect_bad(cuda::embedding(p, cuda::WeightType::f16, -5, ip, 1, p, nullptr), "-5");
+  expect_bad(cuda::to_f16(p, -7, p, nullptr), "-7");
+  expect_bad(cuda::to_bf16(p, -8, p, nullptr), "-8");
+  expect_bad(cuda::kv_store(p, p, -9, 8, lp, ip, p, p, cuda::KvType::f16, nullptr, nullptr), "-9");
+  expect_bad(cuda::kv_store(p, p, 1, -10, lp, ip, p, p, cuda::KvType::f16, nullptr, nullptr), "-10");
+  expect_bad(cuda::kv_store(p, p, 1, 8, lp, nullptr, p, p, cuda::KvType::f16, const_cast<int32_t*>(ip), nullptr),
+             "pos");
+}
+
+TEST(CudaElementwiseArgs, EmptyWorkIsANoOp) {
+  EXPECT_TRUE(cuda::add(nullptr, nullptr, 0, nullptr).is_ok());
+  EXPECT_TRUE(cuda::silu_mul(nullptr, nullptr, 0, nullptr).is_ok());
+  EXPECT_TRUE(cuda::add_bias(nullptr, nullptr, 0, 16, nullptr).is_ok());
+  EXPECT_TRUE(cuda::rmsnorm(nullptr, nullptr, 1e-5f, 0, 16, nullptr, nullptr).is_ok());
+  EXPECT_TRUE(cuda::embedding(nullptr, cuda::WeightType::bf16, 16, nullptr, 0, nullptr, nullptr).is_ok());
+  EXPECT_TRUE(cuda::to_f16(nullptr, 0, nullptr, nullptr).is_ok());
+  EXPECT_TRUE(cuda::to_bf16(nullptr, 0, nullptr, nullptr).is_ok());
+  EXPECT_TRUE(cuda::rope(nullptr, 0, 4, 64, nullptr, nullptr, 64, cuda::RopeMode::half, nullptr).is_ok());
+  EXPECT_TRUE(cuda::kv_store(nullptr, nullptr, 0, 64, nullptr, nullptr, nullptr, nullptr, cuda::KvType::f32, nullptr,
+                             nullptr)
+                  .is_ok());
+}

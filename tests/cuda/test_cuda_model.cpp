@@ -1,0 +1,308 @@
+// The CUDA backend end to end (runs on a GPU machine; skips without one):
+//  - every Backend op on cuda against the CPU backend on fresh random inputs (odd sizes, both the
+//    matvec and the GEMM paths, prefill and decode attention through a KV cache, top-k);
+//  - the default model on cuda vs cpu, both dequantized to f32: logits of 8 prompts (NMSE and max
+//    |diff| printed and bounded) and 64 greedy tokens of 4 prompts through generate() (device
+//    top-k, CUDA-graph decode steps) identical; the f16 path's logits error reported;
+//  - an impossible KV cache fails with a message naming the bytes asked for and free.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+
+#include "lithe/core/file_util.h"
+#include "lithe/decode/generate.h"
+#include "lithe/kernels/convert.h"
+#include "lithe/models/model.h"
+#include "lithe/runtime/backend.h"
+
+using namespace lithe;
+
+namespace {
+
+struct Both {
+  std::unique_ptr<Backend> cpu = make_cpu_backend(), gpu;
+  Both() {
+    auto g = make_cuda_backend();
+    if (g) gpu = std::move(*g);
+  }
+};
+
+Tensor rand_host(DType dt, Shape shape, uint32_t seed, float scale = 1.0f) {
+  auto f = Tensor::empty(DType::f32, shape);
+  EXPECT_TRUE(f.is_ok());
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, scale);
+  for (int64_t i = 0; i < f->numel(); ++i) f->data_as<float>()[i] = nd(rng);
+  if (dt == DType::f32) return *f;
+  auto c = convert(*f, dt);
+  EXPECT_TRUE(c.is_ok());
+  return *c;
+}
+
+Tensor to_gpu(const Tensor& t) {
+  auto d = t.to(Device::cuda);
+  EXPECT_TRUE(d.is_ok()) << d.status().to_string();
+  return *d;
+}
+
+std::vector<float> host_rows(Backend& b, const Tensor& t, int64_t m) {
+  std::vector<float> v(static_cast<size_t>(m * t.dim(1)));
+  EXPECT_TRUE(b.to_host(t, m, v.data()).is_ok());
+  return v;
+}
+
+// max |a - b| relative to max |b|.
+double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  double e = 0, s = 1e-30;
+  for (size_t i = 0; i < a.size(); ++i) {
+    e = std::max(e, std::abs(static_cast<double>(a[i]) - b[i]));
+    s = std::max(s, std::abs(static_cast<double>(b[i])));
+  }
+  return e / s;
+}
+
+TEST(CudaBackend, LinearPathsMatchCpu) {
+  Both b;
+  if (!b.gpu) GTEST_SKIP() << "no CUDA device";
+  uint32_t seed = 1;
+  for (DType dt : {DType::f32, DType::f16, DType::bf16})
+    for (auto [n_out, n_in] : std::vector<std::pair<int64_t, int64_t>>{{17, 24}, {576, 1536}, {1000, 576}, {33, 12}})
+      for (int64_t m : {1, 3, 8, 9, 40}) {
+        Tensor w = rand_host(dt, {n_out, n_in}, seed++, 0.05f), x = rand_host(DType::f32, {m, n_in}, seed++);
+        auto yc = *b.cpu->alloc(DType::f32, {m, n_out});
+        auto yg = *b.gpu->alloc(DType::f32, {m, n_out});
+        auto wg = b.gpu->prepare_weight(w);
+        ASSERT_TRUE(wg.is_ok()) << wg.status().to_string();
+        ASSERT_TRUE(b.cpu->linear(w, x, m, yc).is_ok());
+        Status s = b.gpu->linear(*wg, to_gpu(x), m, yg);
+        ASSERT_TRUE(s.is_ok()) << s.to_string();
+        // The GEMM path (m > 8, or rows not a multiple of 8) rounds f16/bf16 activations; the
+        // matvec and the f32 GEMM keep them f32.
+        const bool gemm = m > 8 || n_in % 8 != 0;
+        const double tol = (gemm && dt != DType::f32) ? (dt == DType::bf16 ? 2e-2 : 3e-3) : 2e-5;
+        EXPECT_LE(rel_err(host_rows(*b.gpu, yg, m), host_rows(*b.cpu, yc, m)), tol)
+            << dtype_name(dt) << " " << n_out << "x" << n_in << " m=" << m;
+      }
+}
+
+TEST(CudaBackend, FusedProjectionsMatchCpu) {
+  Both b;
+  if (!b.gpu) GTEST_SKIP() << "no CUDA device";
+  const int64_t d = 576, ff = 1536;
+  for (int64_t m : {1, 5, 8, 33}) {
+    Tensor wg = rand_host(DType::f16, {ff, d}, 11, 0.05f), wu = rand_host(DType::f16, {ff, d}, 12, 0.05f);
+    Tensor wd = rand_host(DType::f16, {d, ff}, 13, 0.05f), x = rand_host(DType::f32, {m, d}, 14);
+    Tensor res = rand_host(DType::f32, {m, d}, 15);
+    // swiglu
+    auto gc = *b.cpu->alloc(DType::f32, {m, ff}), uc = *b.cpu->alloc(DType::f32, {m, ff});
+    auto gg = *b.gpu->alloc(DType::f32, {m, ff}), ug = *b.gpu->alloc(DType::f32, {m, ff});
+    ASSERT_TRUE(b.cpu->swiglu(wg, wu, x, m, gc, uc).is_ok());
+    Tensor dwg = *b.gpu->prepare_weight(wg), dwu = *b.gpu->prepare_weight(wu), dwd = *b.gpu->prepare_weight(wd);
+    Tensor dx = to_gpu(x);
+    ASSERT_TRUE(b.gpu->swiglu(dwg, dwu, dx, m, gg, ug).is_ok());
+    const double tol = m > 8 ? 3e-3 : 2e-5;
+    EXPECT_LE(rel_err(host_rows(*b.gpu, gg, m), host_rows(*b.cpu, gc, m)), tol) << "swiglu m=" << m;
+    // residual: res += gate · wdᵀ
+    Tensor rc = res, rg = to_gpu(res);
+    auto sc = *b.cpu->alloc(DType::f32, {m, d}), sg = *b.gpu->alloc(DType::f32, {m, d});
+    ASSERT_TRUE(b.cpu->linear_residual(wd, gc, m, rc, sc).is_ok());
+    ASSERT_TRUE(b.gpu->linear_residual(dwd, gg, m, rg, sg).is_ok());
+    EXPECT_LE(rel_err(host_rows(*b.gpu, rg, m), host_rows(*b.cpu, rc, m)), tol) << "residual m=" << m;
+    // q/k/v in one launch
+    Tensor wq = rand_host(DType::f16, {d, d}, 16, 0.05f), wk = rand_host(DType::f16, {192, d}, 17, 0.05f);
+    Tensor dwq = *b.gpu->prepare_weight(wq), dwk = *b.gpu->prepare_weight(wk);
+    auto qc = *b.cpu->alloc(DType::f32, {m, d}), kc = *b.cpu->alloc(DType::f32, {m, 192}),
+         vc = *b.cpu->alloc(DType::f32, {m, 192});
+    auto qg = *b.gpu->alloc(DType::f32, {m, d}), kg = *b.gpu->alloc(DType::f32, {m, 192}),
+         vg = *b.gpu->alloc(DType::f32, {m, 192});
+    const Tensor* wc[] = {&wq, &wk, &wk};
+    const Tensor* wgs[] = {&dwq, &dwk, &dwk};
+    Tensor* yc[] = {&qc, &kc, &vc};
+    Tensor* yg[] = {&qg, &kg, &vg};
+    ASSERT_TRUE(b.cpu->linear_many(wc, x, m, yc).is_ok());
+    ASSERT_TRUE(b.gpu->linear_many(wgs, dx, m, yg).is_ok());
+    for (int j = 0; j < 3; ++j)
+      EXPECT_LE(rel_err(host_rows(*b.gpu, *yg[j], m), host_rows(*b.cpu, *yc[j], m)), tol) << "qkv " << j;
+  }
+}
+
+TEST(CudaBackend, ElementwiseOpsMatchCpu) {
+  Both b;
+  if (!b.gpu) GTEST_SKIP() << "no CUDA device";
+  const int64_t m = 7, n = 576;
+  Tensor x = rand_host(DType::f32, {m, n}, 21), y = rand_host(DType::f32, {m, n}, 22);
+  Tensor w = rand_host(DType::f32, {n}, 23), dw = *b.gpu->prepare_weight(w);
+  auto oc = *b.cpu->alloc(DType::f32, {m, n}), og = *b.gpu->alloc(DType::f32, {m, n});
+  ASSERT_TRUE(b.cpu->rmsnorm(x, m, w, 1e-5f, oc).is_ok());
+  ASSERT_TRUE(b.gpu->rmsnorm(to_gpu(x), m, dw, 1e-5f, og).is_ok());
+  EXPECT_LE(rel_err(host_rows(*b.gpu, og, m), host_rows(*b.cpu, oc, m)), 1e-5);
+  cpu::RopeTable rt;
+  rt.rot_dim = 64;
+  for (int i = 0; i < 32; ++i) rt.inv_freq.push_back(static_cast<float>(std::pow(10000.0, -i / 32.0)));
+  const std::vector<int32_t> pos = {0, 1, 5, 100, 4095, 77777, 3};
+  for (auto style : {cpu::RopeStyle::interleaved, cpu::RopeStyle::half}) {
+    Tensor xc = rand_host(DType::f32, {m, n}, 24), xg = to_gpu(xc);
+    ASSERT_TRUE(b.cpu->rope(xc, m, 9, 64, pos.data(), rt, style).is_ok());
+    ASSERT_TRUE(b.gpu->rope(xg, m, 9, 64, pos.data(), rt, style).is_ok());
+    EXPECT_LE(rel_err(host_rows(*b.gpu, xg, m), host_rows(*b.cpu, xc, m)), 1e-5);
+  }
+  Tensor ac = x, ag = to_gpu(x);
+  ASSERT_TRUE(b.cpu->add(ac, y, m).is_ok());
+  ASSERT_TRUE(b.gpu->add(ag, to_gpu(y), m).is_ok());
+  EXPECT_LE(rel_err(host_rows(*b.gpu, ag, m), host_rows(*b.cpu, ac, m)), 1e-6);
+  Tensor table = rand_host(DType::f16, {1000, n}, 25), dtable = *b.gpu->prepare_weight(table);
+  const std::vector<int32_t> ids = {0, 999, 5, 5, 123, 7, 1};
+  ASSERT_TRUE(b.cpu->embedding(table, ids.data(), m, oc).is_ok());
+  ASSERT_TRUE(b.gpu->embedding(dtable, ids.data(), m, og).is_ok());
+  EXPECT_EQ(host_rows(*b.gpu, og, m), host_rows(*b.cpu, oc, m));
+  const int32_t bad = 1000;
+  Status s = b.gpu->embedding(dtable, &bad, 1, og);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("1000"), std::string::npos) << s.message();
+}
+
+TEST(CudaBackend, AttentionThroughCacheMatchesCpu) {
+  Both b;
+  if (!b.gpu) GTEST_SKIP() << "no CUDA device";
+  const AttentionShape sh{9, 3, 64, 0.125f};
+  const int64_t kv_dim = 192, q_dim = 576;
+  for (DType kvt : {DType::f32, DType::f16}) {
+    auto cc = KvCache::create(2, 300, kv_dim, kvt, Device::cpu);
+    auto cg = KvCache::create(2, 300, kv_dim, kvt, Device::cuda);
+    ASSERT_TRUE(cc.is_ok() && cg.is_ok());
+    uint32_t seed = 100;
+    // A 37-token prefill, then 5 decode steps, then a 20-token chunk: both kernels, both layers.
+    for (int64_t m : {37, 1, 1, 1, 1, 1, 20}) {
+      std::vector<int32_t> pos(static_cast<size_t>(m));
+      for (int64_t i = 0; i < m; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(cc->size() + i);
+      auto sc = cc->append(pos.data(), m);
+      auto sg = cg->append(pos.data(), m);
+      ASSERT_TRUE(sc.is_ok() && sg.is_ok());
+      for (int64_t layer = 0; layer < 2; ++layer) {
+        Tensor q = rand_host(DType::f32, {m, q_dim}, seed++), k = rand_host(DType::f32, {m, kv_dim}, seed++),
+               v = rand_host(DType::f32, {m, kv_dim}, seed++);
+        auto oc = *b.cpu->alloc(DType::f32, {m, q_dim}), og = *b.gpu->alloc(DType::f32, {m, q_dim});
+        ASSERT_TRUE(b.cpu->attention(*cc, layer, q, k, v, m, pos.data(), sc->data(), sh, oc).is_ok());
+        Status s = b.gpu->attention(*cg, layer, to_gpu(q), to_gpu(k), to_gpu(v), m, pos.data(), sg->data(), sh, og);
+        ASSERT_TRUE(s.is_ok()) << s.to_string();
+        // The prefill kernel multiplies in f16 on tensor cores; decode is f32.
+        const double tol = m > 8 ? 2e-2 : 1e-4;
+        EXPECT_LE(rel_err(host_rows(*b.gpu, og, m), host_rows(*b.cpu, oc, m)), tol)
+            << dtype_name(kvt) << " m=" << m << " layer " << layer;
+      }
+    }
+  }
+}
+
+TEST(CudaBackend, TopKMatchesCpu) {
+  Both b;
+  if (!b.gpu) GTEST_SKIP() << "no CUDA device";
+  const int64_t rows = 3, vocab = 49152;
+  Tensor l = rand_host(DType::f32, {rows, vocab}, 31);
+  l.data_as<float>()[10] = l.data_as<float>()[20] = 9.0f;  // a tie at the top: smaller id first
+  for (int k : {1, 40, 256}) {
+    std::vector<float> vc(static_cast<size_t>(rows * k)), vg(vc.size());
+    std::vector<int32_t> ic(vc.size()), ig(vc.size());
+    ASSERT_TRUE(b.cpu->top_k(l, rows, k, vc.data(), ic.data()).is_ok());
+    ASSERT_TRUE(b.gpu->top_k(to_gpu(l), rows, k, vg.data(), ig.data()).is_ok());
+    EXPECT_EQ(ic, ig) << "k=" << k;
+    EXPECT_EQ(vc, vg) << "k=" << k;
+  }
+}
+
+TEST(CudaBackend, KvCacheOutOfMemorySaysAskedAndFree) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  auto c = KvCache::create(80, 1 << 22, 8192, DType::f16, Device::cuda);  // 10 TiB
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_EQ(c.status().code(), StatusCode::out_of_memory);
+  EXPECT_NE(c.status().message().find("free"), std::string::npos) << c.status().message();
+  std::printf("%s\n", c.status().message().c_str());
+}
+
+// ---- the default model ----------------------------------------------------------------------------
+std::string model_path() {
+  if (const char* p = std::getenv("LITHE_TEST_MODEL")) return p;
+  return std::string(LITHE_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+std::unique_ptr<Model> load(Device d, bool dequantize) {
+  LoadOptions o;
+  o.device = d;
+  o.dequantize = dequantize;
+  auto m = Model::load(model_path(), o);
+  EXPECT_TRUE(m.is_ok()) << m.status().to_string();
+  return m ? std::move(*m) : nullptr;
+}
+
+std::vector<std::vector<int32_t>> golden_prompts() {
+  auto t = read_text_file(std::string(LITHE_TEST_DATA) + "/model/hf_f32.json");
+  EXPECT_TRUE(t.is_ok());
+  const auto golden = nlohmann::json::parse(*t);
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& g : golden["logits"]) out.push_back(g["ids"].get<std::vector<int32_t>>());
+  EXPECT_EQ(out.size(), 8u);
+  return out;
+}
+
+// NMSE and max |diff| of the GPU's last-position logits against the CPU's over the 8 prompts.
+void compare_logits(Model& gpu, Model& cpu, double max_nmse, const char* label) {
+  double worst_nmse = 0, worst_abs = 0;
+  for (const auto& ids : golden_prompts()) {
+    std::vector<float> lg, lc;
+    auto cg = gpu.new_cache(256), cc = cpu.new_cache(256);
+    ASSERT_TRUE(gpu.forward(*cg, ids, false, lg).is_ok());
+    ASSERT_TRUE(cpu.forward(*cc, ids, false, lc).is_ok());
+    double num = 0, den = 0, mx = 0;
+    for (size_t i = 0; i < lc.size(); ++i) {
+      const double d = static_cast<double>(lg[i]) - lc[i];
+      num += d * d;
+      den += static_cast<double>(lc[i]) * lc[i];
+      mx = std::max(mx, std::abs(d));
+    }
+    worst_nmse = std::max(worst_nmse, num / den);
+    worst_abs = std::max(worst_abs, mx);
+    EXPECT_EQ(std::max_element(lg.begin(), lg.end()) - lg.begin(), std::max_element(lc.begin(), lc.end()) - lc.begin())
+        << label;
+  }
+  std::printf("%s: logits vs cpu f32 over 8 prompts: worst NMSE %.3e, worst max|diff| %.3e\n", label, worst_nmse,
+              worst_abs);
+  EXPECT_LE(worst_nmse, max_nmse) << label;
+}
+
+TEST(CudaModel, DequantizedF32MatchesCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (!std::filesystem::exists(model_path())) GTEST_SKIP() << model_path() << " not present";
+  auto gpu = load(Device::cuda, true), cpu = load(Device::cpu, true);
+  ASSERT_TRUE(gpu && cpu);
+  compare_logits(*gpu, *cpu, 1e-6, "cuda f32");
+  // 64 greedy tokens of 4 prompts through generate(): device argmax and captured decode steps.
+  const auto prompts = golden_prompts();
+  ASSERT_GE(prompts.size(), 4u);
+  GenerateOptions go;
+  go.max_tokens = 64;
+  go.sampling.temperature = 0;
+  go.stop_at_eog = false;
+  for (size_t i = 0; i < 4; ++i) {
+    auto cg = gpu->new_cache(256), cc = cpu->new_cache(256);
+    std::vector<int32_t> hg, hc;
+    auto rg = generate(*gpu, *cg, hg, prompts[i], go);
+    auto rc = generate(*cpu, *cc, hc, prompts[i], go);
+    ASSERT_TRUE(rg.is_ok() && rc.is_ok()) << rg.status().to_string();
+    EXPECT_EQ(rg->tokens, rc->tokens) << "prompt " << i;
+    EXPECT_EQ(rg->tokens.size(), 64u);
+  }
+}
+
+TEST(CudaModel, F16WeightsAndCacheStayClose) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (!std::filesystem::exists(model_path())) GTEST_SKIP() << model_path() << " not present";
+  auto gpu = load(Device::cuda, false), cpu = load(Device::cpu, true);  // Q4_1 -> f16 on the GPU
+  ASSERT_TRUE(gpu && cpu);
+  compare_logits(*gpu, *cpu, 1e-3, "cuda f16 weights");
+}
+
+}  // namespace

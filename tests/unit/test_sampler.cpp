@@ -1,7 +1,10 @@
 // Sampler: greedy, top-k/top-p/min-p truncation, temperature, penalties, seeding, validation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
+#include <numeric>
+#include <random>
 
 #include "lithe/decode/sampler.h"
 
@@ -112,4 +115,38 @@ TEST(Sampler, ValidationNamesTheParameter) {
 TEST(Sampler, LogprobIsLogSoftmax) {
   const std::vector<float> l = {0.0f, std::log(3.0f)};
   EXPECT_NEAR(Sampler::logprob(l, 1), std::log(0.75), 1e-6);  // log(3) rounded to f32
+}
+
+// The device path hands the sampler only the k best logits: it must draw exactly what sample()
+// draws from the whole row with the same seed (same candidates, same random stream).
+TEST(Sampler, SampleTopEqualsSampleOnTheWholeRow) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (int top_k : {1, 5, 40}) {
+    SamplingParams p;
+    p.temperature = 0.9f;
+    p.top_k = top_k;
+    p.seed = 77;
+    Sampler full(p), top(p);
+    ASSERT_EQ(full.candidates_needed(), top_k);
+    for (int step = 0; step < 200; ++step) {
+      std::vector<float> row(1000);
+      for (float& x : row) x = nd(rng);
+      row[10] = row[20] = 8.0f;  // a tie at the top
+      std::vector<int32_t> order(row.size());
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
+                        [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+      std::vector<float> vals;
+      std::vector<int32_t> ids(order.begin(), order.begin() + top_k);
+      for (int32_t i : ids) vals.push_back(row[static_cast<size_t>(i)]);
+      EXPECT_EQ(top.sample_top(vals, ids), full.sample(row, {})) << "top_k " << top_k << " step " << step;
+    }
+  }
+  SamplingParams pen;
+  pen.repeat_penalty = 1.1f;
+  EXPECT_EQ(Sampler(pen).candidates_needed(), 0);  // penalties need the whole row
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  EXPECT_EQ(Sampler(greedy).candidates_needed(), 1);
 }

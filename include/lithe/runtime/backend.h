@@ -1,6 +1,7 @@
 // The backend seam: model code calls these ops on activation tensors that live on the backend's
 // device, and never includes device headers. The CPU backend wraps kernels/cpu; the CUDA backend
-// (a later issue) implements the same interface and passes the same op tests.
+// (runtime/cuda/) implements the same interface and is tested op by op against it
+// (tests/cuda/test_cuda_model.cpp).
 //
 // Shapes: activations are f32 row-major [rows, features]; weights are [n_out, n_in] in any dtype
 // the backend's linear supports (supports_weight); ids/positions are host arrays.

@@ -104,6 +104,8 @@ __global__ void __launch_bounds__(kThreads, 3) decode_split_kernel(const DecodeA
   float* wl = wm + kWarps * kRB;                        // [kWarps][kRB]
   float* wacc = reinterpret_cast<float*>(smem);         // [kWarps][kRB][D], after the loop
 
+  detail::pdl_wait();  // launched with launch_pdl: q, the cache and *n_kv come from earlier kernels
+  detail::pdl_release();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int grp = lane / LPS, dl = lane % LPS;  // slot of the warp step, 16-byte chunk of the row
   const int g = blockIdx.x, split = blockIdx.y, r0 = blockIdx.z * a.rows_blk;
@@ -300,6 +302,8 @@ template <int D>
 __global__ void __launch_bounds__(kThreads)
     decode_merge_kernel(const float* __restrict__ acc, const float2* __restrict__ ml, int rows, int n_splits,
                         float* __restrict__ out) {
+  detail::pdl_wait();  // the split kernel's partials
+  detail::pdl_release();
   constexpr int E = D / 32;  // dims per lane
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row = blockIdx.x * (kThreads / 32) + warp;
@@ -369,11 +373,13 @@ Status launch_decode(const DecodeArgs& a, const DecodePlan& d, int n_kv_heads, S
   static std::atomic<uint64_t> opted{0};
   auto* kernel = decode_split_kernel<D, KV>;
   LITHE_TRY(allow_smem(kernel, opted, DecodeCfg<D, KV>::kSmem, "attention_decode"));
-  kernel<<<dim3(n_kv_heads, d.n_splits, d.row_groups), kThreads, DecodeCfg<D, KV>::kSmem, stream>>>(a);
+  detail::launch_pdl(kernel, dim3(n_kv_heads, d.n_splits, d.row_groups), dim3(kThreads), DecodeCfg<D, KV>::kSmem,
+                     stream, a);
   LITHE_TRY(launched("attention_decode (split)"));
   const int rows_out = static_cast<int>(a.rows / a.group * a.n_heads);
-  decode_merge_kernel<D><<<static_cast<unsigned>(ceil_div(rows_out, kThreads / 32)), kThreads, 0, stream>>>(
-      a.acc, a.ml, rows_out, d.n_splits, a.out);
+  detail::launch_pdl(decode_merge_kernel<D>, dim3(static_cast<unsigned>(ceil_div(rows_out, kThreads / 32))),
+                     dim3(kThreads), 0, stream, static_cast<const float*>(a.acc), static_cast<const float2*>(a.ml),
+                     rows_out, d.n_splits, a.out);
   return launched("attention_decode (merge)");
 }
 

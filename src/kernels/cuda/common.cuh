@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <utility>
 
 #include "lithe/kernels/cuda_ops.h"
 
@@ -23,6 +24,42 @@ inline Status launched(const char* kernel) {
 inline Status bad_arg(const std::string& msg) { return Status(StatusCode::invalid_argument, msg); }
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// ---- programmatic dependent launch (PDL, sm_90+) ---------------------------------------------------
+// The decode-step kernels are launched with launch_pdl(): on Hopper such a kernel may be scheduled
+// while its predecessor in the stream still runs, hiding the launch gap between the hundreds of
+// small kernels of a decode step. Every kernel launched this way calls pdl_wait() before it reads
+// or writes anything a predecessor touches (griddepcontrol.wait: returns once the previous grid
+// has completed and its writes are visible; a no-op for normal launches), and pdl_release() to let
+// its successor be scheduled early. LITHE_PDL=0 in the environment turns it off (side-by-side
+// timing; A100s never use it).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+bool pdl_enabled();  // device 0 is sm_90+ and LITHE_PDL is not "0" (read once)
+
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = &attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);  // errors surface in launched()
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -1,6 +1,10 @@
 // Device query and a smoke kernel (affine on f32) used to check the CUDA build end to end.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
+
+#include "common.cuh"
 #include "lithe/kernels/cuda_device.h"
 
 namespace lithe::cuda {
@@ -51,5 +55,21 @@ Status affine_f32(const Tensor& x, float a, float b, Tensor& out) {
   LITHE_TRY(check(cudaGetLastError(), "affine_kernel launch"));
   return check(cudaDeviceSynchronize(), "affine_kernel");
 }
+
+namespace detail {
+bool pdl_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("LITHE_PDL");
+    if (e != nullptr && std::strcmp(e, "0") == 0) return false;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return major >= 9;
+  }();
+  return on;
+}
+}  // namespace detail
 
 }  // namespace lithe::cuda

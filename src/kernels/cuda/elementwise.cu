@@ -79,6 +79,8 @@ __device__ __forceinline__ int64_t flat_stride() { return int64_t(gridDim.x) * b
 template <typename T>
 __global__ void embedding_kernel(const T* __restrict__ table, int64_t d, const int32_t* __restrict__ ids, int64_t n,
                                  bool vec, float* __restrict__ out) {
+  detail::pdl_wait();  // launched with launch_pdl: inputs come from the previous kernel
+  detail::pdl_release();
   const int64_t d4 = vec ? d / 4 : 0;
   for (int64_t r = blockIdx.y; r < n; r += gridDim.y) {
     const T* src = table + static_cast<int64_t>(ids[r]) * d;
@@ -94,6 +96,8 @@ __global__ void embedding_kernel(const T* __restrict__ table, int64_t d, const i
 // read mostly hits L1.)
 __global__ void __launch_bounds__(1024) rmsnorm_kernel(const float* x, const float* __restrict__ w, float eps,
                                                        int64_t m, int64_t n, bool vec, float* y) {
+  detail::pdl_wait();  // launched with launch_pdl: inputs come from the previous kernel
+  detail::pdl_release();
   __shared__ float partial[32];
   __shared__ float total;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
@@ -129,6 +133,8 @@ __global__ void __launch_bounds__(1024) rmsnorm_kernel(const float* x, const flo
 }
 
 __global__ void add_kernel(float* x, const float* y, int64_t n, bool vec) {
+  detail::pdl_wait();  // launched with launch_pdl: inputs come from the previous kernel
+  detail::pdl_release();
   const int64_t n4 = vec ? n / 4 : 0;
   for (int64_t i = flat_index(); i < n4; i += flat_stride()) {
     const float4 a = load4(x + 4 * i), b = load4(y + 4 * i);
@@ -138,6 +144,8 @@ __global__ void add_kernel(float* x, const float* y, int64_t n, bool vec) {
 }
 
 __global__ void add_bias_kernel(float* y, const float* __restrict__ b, int64_t m, int64_t n, bool vec) {
+  detail::pdl_wait();  // launched with launch_pdl: inputs come from the previous kernel
+  detail::pdl_release();
   const int64_t n4 = vec ? n / 4 : 0;
   for (int64_t r = blockIdx.y; r < m; r += gridDim.y) {
     float* yr = y + r * n;
@@ -152,6 +160,8 @@ __global__ void add_bias_kernel(float* y, const float* __restrict__ b, int64_t m
 __device__ __forceinline__ float silu_mul1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
 __global__ void silu_mul_kernel(float* gate, const float* up, int64_t n, bool vec) {
+  detail::pdl_wait();  // launched with launch_pdl: inputs come from the previous kernel
+  detail::pdl_release();
   const int64_t n4 = vec ? n / 4 : 0;
   for (int64_t i = flat_index(); i < n4; i += flat_stride()) {
     const float4 g = load4(gate + 4 * i), u = load4(up + 4 * i);
@@ -164,6 +174,8 @@ __global__ void silu_mul_kernel(float* gate, const float* up, int64_t n, bool ve
 // of its token's rot/2 angles in double (as the CPU), then one thread per (head, pair) rotates.
 __global__ void rope_kernel(float* x, int64_t n_heads, int64_t head_dim, const int32_t* __restrict__ pos,
                             const float* __restrict__ inv_freq, int half, int heads_per_block, bool interleaved) {
+  detail::pdl_wait();  // launched with launch_pdl: inputs come from the previous kernel
+  detail::pdl_release();
   __shared__ float cs[kRopeMaxHalf], sn[kRopeMaxHalf];
   const int64_t t = blockIdx.x;
   const double p = static_cast<double>(pos[t]);
@@ -200,6 +212,8 @@ __global__ void kv_store_kernel(const float* __restrict__ k, const float* __rest
                                 const int64_t* __restrict__ slots, const int32_t* __restrict__ pos,
                                 T* __restrict__ k_cache, T* __restrict__ v_cache, int32_t* __restrict__ kv_pos,
                                 bool vec) {
+  detail::pdl_wait();  // launched with launch_pdl: inputs come from the previous kernel
+  detail::pdl_release();
   const int64_t d4 = vec ? kv_dim / 4 : 0;
   for (int64_t r = blockIdx.y; r < m; r += gridDim.y) {
     const int64_t slot = slots[r];
@@ -245,13 +259,13 @@ Status embedding(const void* table, WeightType t, int64_t d, const int32_t* ids,
   const RowShape g = row_shape(n, vec ? d / 4 : d);
   switch (t) {
     case WeightType::f32:
-      embedding_kernel<<<g.grid, g.block, 0, s>>>(static_cast<const float*>(table), d, ids, n, vec, out);
+      detail::launch_pdl(embedding_kernel<float>, g.grid, g.block, 0, s, static_cast<const float*>(table), d, ids, n, vec, out);
       break;
     case WeightType::f16:
-      embedding_kernel<<<g.grid, g.block, 0, s>>>(static_cast<const __half*>(table), d, ids, n, vec, out);
+      detail::launch_pdl(embedding_kernel<__half>, g.grid, g.block, 0, s, static_cast<const __half*>(table), d, ids, n, vec, out);
       break;
     case WeightType::bf16:
-      embedding_kernel<<<g.grid, g.block, 0, s>>>(static_cast<const __nv_bfloat16*>(table), d, ids, n, vec, out);
+      detail::launch_pdl(embedding_kernel<__nv_bfloat16>, g.grid, g.block, 0, s, static_cast<const __nv_bfloat16*>(table), d, ids, n, vec, out);
       break;
     default:
       return bad_arg("embedding: unknown weight type " + num(static_cast<int>(t)));
@@ -271,7 +285,7 @@ Status rmsnorm(const float* x, const float* w, float eps, int64_t m, int64_t n, 
   // One block per row, about one float4 (or float) per thread, 32..1024 threads.
   const int64_t threads = std::clamp<int64_t>(ceil_div(vec ? n / 4 : n, 32) * 32, 32, 1024);
   const auto blocks = static_cast<unsigned>(std::min<int64_t>(m, 1 << 20));
-  rmsnorm_kernel<<<blocks, static_cast<unsigned>(threads), 0, s>>>(x, w, eps, m, n, vec, y);
+  detail::launch_pdl(rmsnorm_kernel, dim3(blocks), dim3(static_cast<unsigned>(threads)), 0, s, x, w, eps, m, n, vec, y);
   return launched("rmsnorm_kernel");
 }
 
@@ -281,7 +295,7 @@ Status add(float* x, const float* y, int64_t n, Stream s) {
   LITHE_TRY(not_null("add", "x", x));
   LITHE_TRY(not_null("add", "y", y));
   const bool vec = aligned(x, 16) && aligned(y, 16);
-  add_kernel<<<flat_grid(vec ? std::max<int64_t>(n / 4, 1) : n), kThreads, 0, s>>>(x, y, n, vec);
+  detail::launch_pdl(add_kernel, dim3(flat_grid(vec ? std::max<int64_t>(n / 4, 1) : n)), dim3(kThreads), 0, s, x, y, n, vec);
   return launched("add_kernel");
 }
 
@@ -293,7 +307,7 @@ Status add_bias(float* y, const float* b, int64_t m, int64_t n, Stream s) {
   LITHE_TRY(not_null("add_bias", "b", b));
   const bool vec = n % 4 == 0 && aligned(y, 16) && aligned(b, 16);
   const RowShape g = row_shape(m, vec ? n / 4 : n);
-  add_bias_kernel<<<g.grid, g.block, 0, s>>>(y, b, m, n, vec);
+  detail::launch_pdl(add_bias_kernel, g.grid, g.block, 0, s, y, b, m, n, vec);
   return launched("add_bias_kernel");
 }
 
@@ -303,7 +317,7 @@ Status silu_mul(float* gate, const float* up, int64_t n, Stream s) {
   LITHE_TRY(not_null("silu_mul", "gate", gate));
   LITHE_TRY(not_null("silu_mul", "up", up));
   const bool vec = aligned(gate, 16) && aligned(up, 16);
-  silu_mul_kernel<<<flat_grid(vec ? std::max<int64_t>(n / 4, 1) : n), kThreads, 0, s>>>(gate, up, n, vec);
+  detail::launch_pdl(silu_mul_kernel, dim3(flat_grid(vec ? std::max<int64_t>(n / 4, 1) : n)), dim3(kThreads), 0, s, gate, up, n, vec);
   return launched("silu_mul_kernel");
 }
 
@@ -326,7 +340,7 @@ Status rope(float* x, int64_t m, int64_t n_heads, int64_t head_dim, const int32_
   const int half = static_cast<int>(rot_dim / 2);
   const int heads_per_block = std::max(1, kThreads / half);
   const dim3 grid(static_cast<unsigned>(m), static_cast<unsigned>(ceil_div(n_heads, heads_per_block)));
-  rope_kernel<<<grid, kThreads, 0, s>>>(x, n_heads, head_dim, pos, inv_freq, half, heads_per_block,
+  detail::launch_pdl(rope_kernel, dim3(grid), dim3(kThreads), 0, s, x, n_heads, head_dim, pos, inv_freq, half, heads_per_block,
                                          mode == RopeMode::interleaved);
   return launched("rope_kernel");
 }
@@ -373,10 +387,10 @@ Status kv_store(const float* k, const float* v, int64_t m, int64_t kv_dim, const
                    aligned(v_cache, cache_align);
   const RowShape g = row_shape(m, vec ? kv_dim / 4 : kv_dim);
   if (kv == KvType::f32)
-    kv_store_kernel<<<g.grid, g.block, 0, s>>>(k, v, m, kv_dim, slots, pos, static_cast<float*>(k_cache),
+    detail::launch_pdl(kv_store_kernel<float>, g.grid, g.block, 0, s, k, v, m, kv_dim, slots, pos, static_cast<float*>(k_cache),
                                                static_cast<float*>(v_cache), kv_pos, vec);
   else
-    kv_store_kernel<<<g.grid, g.block, 0, s>>>(k, v, m, kv_dim, slots, pos, static_cast<__half*>(k_cache),
+    detail::launch_pdl(kv_store_kernel<__half>, g.grid, g.block, 0, s, k, v, m, kv_dim, slots, pos, static_cast<__half*>(k_cache),
                                                static_cast<__half*>(v_cache), kv_pos, vec);
   return launched("kv_store_kernel");
 }

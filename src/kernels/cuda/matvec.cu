@@ -17,7 +17,7 @@
 //   rather than 5 per sum), which leaves each (slot, x-row) total in its own lanes; with S > 1 the
 //   group's warps add their totals through shared memory. One lane per total applies the epilogue.
 // - Ready for programmatic dependent launch (sm_90): x and y are touched only after
-//   griddepcontrol.wait; see kUsePdl.
+//   griddepcontrol.wait (detail::pdl_wait, common.cuh).
 // Instantiations: weight type (3) x M in {1, 2, 4, 8} (m rounded up to M; rows >= m are skipped
 // by warp-uniform branches and never stored). Blocks of 4 warps; grid = ceil(groups * S / 4).
 #include <cstdint>
@@ -32,11 +32,6 @@ namespace {
 
 constexpr int kWarps = 4;  // warps per block: small blocks spread evenly over the SMs
 constexpr int kThreads = kWarps * 32;
-
-// Launch with the programmatic-stream-serialization attribute (sm_90+), letting the kernel start
-// while the previous one drains. Measured on an H200 with matvec after matvec: +2-4% on most
-// shapes, -10% on 4096x11008 at m = 1, so off until the whole decode graph is PDL-aware.
-constexpr bool kUsePdl = false;
 
 // Per-M tuning: R rows per group, U chunks per row in flight, S warps per group (each takes every
 // S-th batch of the rows; more warps in flight where the per-lane work is large), and the
@@ -124,20 +119,8 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
   return v;
 }
 
-// Programmatic dependent launch (sm_90+; no-ops before): a grid launched with the PDL attribute
-// may start while the previous kernel in the stream still runs. It must not read what that kernel
-// writes (x, y) before wait_prior_grid(); the weights, which no kernel writes, may be loaded
-// earlier. allow_next_grid() lets the next PDL-launched kernel start (it waits in turn).
-__device__ __forceinline__ void wait_prior_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void allow_next_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+// Programmatic dependent launch (common.cuh): x and y come from the previous kernel, so they are
+// read only after detail::pdl_wait(); the weights, which no kernel writes, may be loaded before.
 
 // Where slot s of warp-group g lives: matrix j, local row, and whether it is a real row (slots
 // past the end are clamped onto the last row, computed and never stored).
@@ -179,7 +162,7 @@ __device__ __forceinline__ void fma_chunk(const uint4 (&v)[R], const float4* x4,
     float xv[E];
 #pragma unroll
     for (int q = 0; q < E / 4; ++q) {
-      const float4 t = x4[i * x_stride + c * (E / 4) + q];  // not ld.global.nc: see wait_prior_grid
+      const float4 t = x4[i * x_stride + c * (E / 4) + q];  // not ld.global.nc: see detail::pdl_wait
       xv[4 * q] = t.x;
       xv[4 * q + 1] = t.y;
       xv[4 * q + 2] = t.z;
@@ -220,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<M>::min_blocks) matvec_kernel(co
   const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
   const int64_t g = static_cast<int64_t>(blockIdx.x) * (kWarps / S) + warp / S;  // row group
   const int part = warp % S;  // which of the group's S warps: batches part, part + S, ...
-  allow_next_grid();
+  detail::pdl_release();
   const bool active = g < a.groups;
   if constexpr (S == 1)
     if (!active) return;  // the whole warp leaves together
@@ -238,7 +221,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<M>::min_blocks) matvec_kernel(co
     const float4* x4 = reinterpret_cast<const float4*>(a.x);
     const int x_stride = a.n_in / 4;  // float4 per row of x
     const int m = a.m;
-    wait_prior_grid();  // x (and y) come from the previous kernel
+    detail::pdl_wait();  // x (and y) come from the previous kernel
 
     float acc[R][M];
 #pragma unroll
@@ -331,7 +314,7 @@ Status launch(Args a, Stream s) {
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
-  cfg.numAttrs = kUsePdl ? 1 : 0;
+  cfg.numAttrs = detail::pdl_enabled() ? 1 : 0;
   (void)cudaLaunchKernelEx(&cfg, matvec_kernel<T, M>, a);  // its error is also the last error
   return detail::launched("matvec_kernel");
 }

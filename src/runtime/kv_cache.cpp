@@ -23,8 +23,9 @@ Result<KvCache> KvCache::create(int64_t n_layers, int64_t capacity, int64_t kv_d
   auto all = Tensor::empty(dtype, {n_layers * 2, capacity, kv_dim}, device);
   if (!all) {
     const double gib = 2.0 * static_cast<double>(n_layers) * static_cast<double>(slab) / (1u << 30);
-    return error(StatusCode::out_of_memory, "KV cache for {} tokens x {} layers ({:.2f} GiB) does not fit: {}",
-                 capacity, n_layers, gib, all.status().message());
+    const std::string why = all.status().message();
+    return error(StatusCode::out_of_memory, "KV cache for {} tokens x {} layers ({:.2f} GiB) does not fit: {}{}",
+                 capacity, n_layers, gib, why, why.find("--ctx") == std::string::npos ? "; lower --ctx" : "");
   }
   for (int64_t l = 0; l < n_layers; ++l) {
     LITHE_ASSIGN(Tensor k, Tensor::view(all->buffer(), static_cast<size_t>(2 * l) * slab, dtype, {capacity, kv_dim}));

@@ -24,6 +24,8 @@ void sgemm_(const char* ta, const char* tb, const int* m, const int* n, const in
 void dgemm_(const char* ta, const char* tb, const int* m, const int* n, const int* k, const double* alpha,
             const double* a, const int* lda, const double* b, const int* ldb, const double* beta, double* c,
             const int* ldc, size_t, size_t);
+void ssyrk_(const char* uplo, const char* trans, const int* n, const int* k, const float* alpha, const float* a,
+            const int* lda, const float* beta, float* c, const int* ldc, size_t, size_t);
 }
 #endif
 
@@ -173,6 +175,46 @@ void gemm_d(int64_t m, int64_t n, int64_t k, const double* a, const double* b, d
         const double e = a[r * k + t];
         const double* bt = b + t * n;
         for (int64_t j = 0; j < n; ++j) cr[j] += e * bt[j];
+      }
+    }
+  });
+#endif
+}
+
+void gram_f(int64_t n, int64_t k, const float* x, float* g) {
+  if (n <= 0) return;
+  if (k <= 0) {
+    std::fill(g, g + n * n, 0.0f);
+    return;
+  }
+#ifdef LITHE_HAVE_LAPACK
+  // Row-major x [k][n] is column-major A [n][k] (lda n); C = A·Aᵀ is trans 'N'. Column-major 'L'
+  // is the row-major upper triangle; the lower one is mirrored afterwards.
+  const int nn = static_cast<int>(n), kk = static_cast<int>(k);
+  const float alpha = 1.0f, beta = 0.0f;
+  ssyrk_("L", "N", &nn, &kk, &alpha, x, &nn, &beta, g, &nn, 1, 1);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < i; ++j) g[i * n + j] = g[j * n + i];
+#else
+  // Transpose so each feature's k values are contiguous, then one dot product per lower entry.
+  std::vector<float> xt(static_cast<size_t>(n * k));
+  for (int64_t t = 0; t < k; ++t)
+    for (int64_t i = 0; i < n; ++i) xt[static_cast<size_t>(i * k + t)] = x[t * n + i];
+  global_pool().parallel_for(n, 4, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float* xi = xt.data() + i * k;
+      for (int64_t j = 0; j <= i; ++j) {
+        const float* xj = xt.data() + j * k;
+        float s0 = 0, s1 = 0, s2 = 0, s3 = 0;  // four chains so the loop vectorizes
+        int64_t t = 0;
+        for (; t + 4 <= k; t += 4) {
+          s0 += xi[t] * xj[t];
+          s1 += xi[t + 1] * xj[t + 1];
+          s2 += xi[t + 2] * xj[t + 2];
+          s3 += xi[t + 3] * xj[t + 3];
+        }
+        for (; t < k; ++t) s0 += xi[t] * xj[t];
+        g[i * n + j] = g[j * n + i] = (s0 + s1) + (s2 + s3);
       }
     }
   });

@@ -25,6 +25,10 @@ void gemm_sub(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
 // c [m][n] = a [m][k] · b [k][n], double, all densely packed.
 void gemm_d(int64_t m, int64_t n, int64_t k, const double* a, const double* b, double* c);
 
+// g [n][n] = xᵀ · x for x [k][n] (k rows of n features), float; both triangles are written.
+// With BLAS this is one ssyrk; otherwise a loop over the lower triangle split over threads.
+void gram_f(int64_t n, int64_t k, const float* x, float* g);
+
 // True when the build uses LAPACK/BLAS.
 bool have_lapack();
 

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "lithe/compress/checkpoint.h"
 #include "lithe/core/file_util.h"
 #include "lithe/core/log.h"
 #include "lithe/core/progress.h"
@@ -23,20 +24,16 @@ Status check_dtype(DType d) {
   return error(StatusCode::invalid_argument, "export dtype {} is not supported: use f16, bf16 or f32", dtype_name(d));
 }
 
-// A temporary sibling of `out`, removed on failure; renamed onto `out` on success.
-struct StagingDir {
-  fs::path out, tmp;
-  bool done = false;
-  StagingDir() = default;
-  StagingDir(StagingDir&& o) noexcept : out(std::move(o.out)), tmp(std::move(o.tmp)), done(o.done) {
-    o.done = true;  // the moved-from object no longer owns the directory
-  }
-  StagingDir& operator=(StagingDir&&) = delete;
-  ~StagingDir() {
-    std::error_code ec;
-    if (!done) fs::remove_all(tmp, ec);
-  }
-};
+}  // namespace
+
+StagingDir::StagingDir(StagingDir&& o) noexcept : out(std::move(o.out)), tmp(std::move(o.tmp)), done(o.done) {
+  o.done = true;  // the moved-from object no longer owns the directory
+}
+
+StagingDir::~StagingDir() {
+  std::error_code ec;
+  if (!done) fs::remove_all(tmp, ec);
+}
 
 Result<StagingDir> make_staging(const std::string& out_dir, bool force) {
   StagingDir s;
@@ -75,6 +72,8 @@ Status commit_staging(StagingDir& s) {
   return Status::ok();
 }
 
+namespace {
+
 nlohmann::json generation_config(const HfLlamaConfig& c) {
   nlohmann::json g = {{"_from_model_config", true}, {"transformers_version", "4.46.0"}};
   auto ids = [](const std::vector<int64_t>& v) -> nlohmann::json {
@@ -92,17 +91,13 @@ std::string torch_dtype_name(DType d) {
 
 }  // namespace
 
-Result<HfExportReport> export_hf(const ModelFile& model, const HfExportOptions& opts) {
-  LITHE_TRY(check_dtype(opts.dtype));
+Result<HfLlamaConfig> hf_export_config(const ModelFile& model, DType dtype) {
   HfLlamaConfig cfg;
-  const gguf::File* g = model.gguf();
-  bool permute = false;
-  if (g != nullptr) {
+  if (const gguf::File* g = model.gguf()) {
     if (g->find_tensor("rope_freqs.weight") != nullptr)
       return error(StatusCode::unsupported, "'{}': exporting llama3 rope frequency factors (rope_freqs.weight) as a "
                    "config.json rope_scaling is not supported yet", g->path());
     LITHE_ASSIGN(cfg, llama_config_from_gguf(*g));
-    permute = arch_permutes_qk(g->get_string_or("general.architecture", ""));
   } else if (!model.config().is_null()) {
     LITHE_ASSIGN(cfg, parse_hf_llama_config(model.config()));
   } else {
@@ -110,7 +105,47 @@ Result<HfExportReport> export_hf(const ModelFile& model, const HfExportOptions& 
                  "cannot export a bare safetensors file: it has no config; export from a GGUF file or a checkpoint "
                  "directory with config.json");
   }
-  cfg.torch_dtype = torch_dtype_name(opts.dtype);
+  cfg.torch_dtype = torch_dtype_name(dtype);
+  return cfg;
+}
+
+Result<HfTensor> hf_export_tensor(const ModelFile& model, const ModelTensorInfo& ti, const HfLlamaConfig& cfg,
+                                  DType dtype) {
+  HfTensor out{ti.name, {}};
+  RopePermute perm = RopePermute::none;
+  if (const gguf::File* g = model.gguf()) {
+    LITHE_ASSIGN(HfName n, gguf_to_hf_name(ti.name, arch_permutes_qk(g->get_string_or("general.architecture", ""))));
+    out.name = n.name;
+    perm = n.permute;
+  }
+  LITHE_ASSIGN(Tensor src, model.tensor(ti.name));
+  LITHE_ASSIGN(Tensor t, convert(src, DType::f32));
+  if (perm != RopePermute::none) {
+    const int64_t heads = perm == RopePermute::q ? cfg.num_attention_heads : cfg.num_key_value_heads;
+    auto p = unpermute_rope_rows(t, heads);
+    if (!p) return p.status().with_context(fmt::format("tensor '{}'", ti.name));
+    t = std::move(*p);
+  }
+  if (dtype != DType::f32) {
+    LITHE_ASSIGN(t, convert(t, dtype));
+  }
+  out.tensor = std::move(t);
+  return out;
+}
+
+Status write_hf_config_files(const std::string& dir, const HfLlamaConfig& cfg, const nlohmann::json& extra) {
+  nlohmann::json j = to_json(cfg);
+  for (const auto& [k, v] : extra.items()) j[k] = v;
+  LITHE_TRY(write_file_atomic(dir + "/config.json", j.dump(2) + "\n"));
+  return write_file_atomic(dir + "/generation_config.json", generation_config(cfg).dump(2) + "\n");
+}
+
+Result<HfExportReport> export_hf(const ModelFile& model, const HfExportOptions& opts) {
+  LITHE_TRY(check_dtype(opts.dtype));
+  if (const std::string qm = compress::quant_method(model); !qm.empty())
+    return error(StatusCode::unsupported, "'{}' is a compressed checkpoint (quant_method '{}'): exporting it as a dense "
+                 "HF directory is not supported yet{}", model.directory(), qm, qm == "lithe" ? " (--format gptq is)" : "");
+  LITHE_ASSIGN(HfLlamaConfig cfg, hf_export_config(model, opts.dtype));
   LITHE_ASSIGN(StagingDir stage, make_staging(opts.out_dir, opts.force));
 
   // Tensors: convert one at a time (bounded memory: the writer holds the converted tensors, which
@@ -120,35 +155,17 @@ Result<HfExportReport> export_hf(const ModelFile& model, const HfExportOptions& 
   HfExportReport report;
   Progress progress("export", static_cast<int64_t>(model.tensors().size()));
   for (const auto& ti : model.tensors()) {
-    std::string hf_name = ti.name;
-    RopePermute perm = RopePermute::none;
-    if (g != nullptr) {
-      LITHE_ASSIGN(HfName n, gguf_to_hf_name(ti.name, permute));
-      hf_name = n.name;
-      perm = n.permute;
-    }
-    LITHE_ASSIGN(Tensor src, model.tensor(ti.name));
-    LITHE_ASSIGN(Tensor t, convert(src, DType::f32));
-    if (perm != RopePermute::none) {
-      const int64_t heads = perm == RopePermute::q ? cfg.num_attention_heads : cfg.num_key_value_heads;
-      auto p = unpermute_rope_rows(t, heads);
-      if (!p) return p.status().with_context(fmt::format("tensor '{}'", ti.name));
-      t = std::move(*p);
-    }
-    if (opts.dtype != DType::f32) {
-      LITHE_ASSIGN(t, convert(t, opts.dtype));
-    }
-    LITHE_TRY(w.add_tensor(hf_name, t));
+    LITHE_ASSIGN(HfTensor t, hf_export_tensor(model, ti, cfg, opts.dtype));
+    LITHE_TRY(w.add_tensor(t.name, t.tensor));
     report.tensors++;
-    report.bytes += t.nbytes();
-    progress.advance(1, hf_name);
+    report.bytes += t.tensor.nbytes();
+    progress.advance(1, t.name);
   }
   progress.finish();
 
   const std::string tmp = stage.tmp.string();
   LITHE_TRY(w.write_sharded(tmp, opts.max_shard_bytes).status());
-  LITHE_TRY(write_file_atomic(tmp + "/config.json", to_json(cfg).dump(2) + "\n"));
-  LITHE_TRY(write_file_atomic(tmp + "/generation_config.json", generation_config(cfg).dump(2) + "\n"));
+  LITHE_TRY(write_hf_config_files(tmp, cfg));
   LITHE_ASSIGN(report.tokenizer, export_model_tokenizer(model, tmp));
   LITHE_TRY(commit_staging(stage));
   log::info("exported {} tensors ({:.1f} MiB, {}) to {}{}", report.tensors, static_cast<double>(report.bytes) / (1 << 20),

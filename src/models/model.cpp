@@ -2,8 +2,10 @@
 #include "lithe/models/model.h"
 
 #include <cmath>
+#include <cstring>
 #include <utility>
 
+#include "lithe/compress/checkpoint.h"
 #include "lithe/core/log.h"
 #include "lithe/formats/gguf.h"
 #include "lithe/kernels/convert.h"
@@ -26,6 +28,15 @@ class WeightReader {
       name = n.name;
     }
     auto t = f_.tensor(name);
+    // Compressed checkpoints (lithe, gptq): <linear>.qweight instead of <linear>.weight is
+    // dequantized on load to f32 (compress/checkpoint.h).
+    if (!t && !gguf_ && name.ends_with(".weight")) {
+      const std::string base = name.substr(0, name.size() - 7);
+      if (exists(base + ".qweight")) {
+        t = compress::read_compressed_linear(f_, base, DType::f32);
+        if (!t) return t.status();
+      }
+    }
     if (!t) return error(StatusCode::not_found, "model is missing tensor '{}'", name);
     if (t->shape() != want)
       return error(StatusCode::invalid_argument, "tensor '{}' has shape {}, expected {} from the model config", name,
@@ -39,12 +50,15 @@ class WeightReader {
       if (!n) return false;
       name = n->name;
     }
+    return exists(name) || (!gguf_ && name.ends_with(".weight") && exists(name.substr(0, name.size() - 7) + ".qweight"));
+  }
+
+ private:
+  bool exists(const std::string& name) const {
     for (const auto& t : f_.tensors())
       if (t.name == name) return true;
     return false;
   }
-
- private:
   const ModelFile& f_;
   bool gguf_;
 };
@@ -265,44 +279,162 @@ Status Model::forward_ops(std::span<const SequenceInput> batch, const std::vecto
 
 Status Model::run_layers(int64_t m, std::span<const SequenceInput> batch, const std::vector<int32_t>& pos) {
   const ModelConfig& c = config_;
-  const auto eps = static_cast<float>(c.rms_eps);
-  const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   // Cache slots for every sequence's new tokens (positions recorded once for all layers).
   std::vector<std::vector<int64_t>> slots;
   for (const auto& s : batch) {
     LITHE_ASSIGN(auto sl, s.cache->append(s.positions.data(), static_cast<int64_t>(s.positions.size())));
     slots.push_back(std::move(sl));
   }
-  Backend& be = *backend_;
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
-    LITHE_TRY(be.rmsnorm(x_, m, L.attn_norm, eps, h_));
-    const Tensor* qkv_w[] = {&L.wq, &L.wk, &L.wv};
-    Tensor* qkv_y[] = {&q_, &k_, &v_};
-    LITHE_TRY(be.linear_many(qkv_w, h_, m, qkv_y));
-    if (c.qkv_bias) {
-      LITHE_TRY(be.add_bias(q_, m, L.bq));
-      LITHE_TRY(be.add_bias(k_, m, L.bk));
-      LITHE_TRY(be.add_bias(v_, m, L.bv));
-    }
-    LITHE_TRY(be.rope(q_, m, c.n_heads, c.head_dim, pos.data(), rope_, c.rope_style));
-    LITHE_TRY(be.rope(k_, m, c.n_kv_heads, c.head_dim, pos.data(), rope_, c.rope_style));
-    int64_t r0 = 0;
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const auto n = static_cast<int64_t>(batch[i].tokens.size());
-      LITHE_ASSIGN(Tensor q, q_.slice_rows(r0, r0 + n));
-      LITHE_ASSIGN(Tensor k, k_.slice_rows(r0, r0 + n));
-      LITHE_ASSIGN(Tensor v, v_.slice_rows(r0, r0 + n));
-      LITHE_ASSIGN(Tensor o, attn_.slice_rows(r0, r0 + n));
-      LITHE_TRY(be.attention(*batch[i].cache, l, q, k, v, n, pos.data() + r0, slots[i].data(), shape, o));
-      r0 += n;
-    }
-    LITHE_TRY(be.linear_residual(L.wo, attn_, m, x_, h_));
-    LITHE_TRY(be.rmsnorm(x_, m, L.ffn_norm, eps, h_));
-    LITHE_TRY(be.swiglu(L.w_gate, L.w_up, h_, m, gate_, up_));
-    LITHE_TRY(be.linear_residual(L.w_down, gate_, m, x_, h_));
-  }
+  for (int64_t l = 0; l < c.n_layers; ++l) LITHE_TRY(run_block(l, l, m, batch, pos, slots, nullptr));
   return Status::ok();
+}
+
+Status Model::run_block(int64_t l, int64_t kv_layer, int64_t m, std::span<const SequenceInput> batch,
+                         const std::vector<int32_t>& pos, const std::vector<std::vector<int64_t>>& slots,
+                         LinearObserver* obs) {
+  const ModelConfig& c = config_;
+  const auto eps = static_cast<float>(c.rms_eps);
+  const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  Backend& be = *backend_;
+  // Hands a site's input rows to the observer (host activations: block_forward checks that).
+  auto observe = [&](LinearSite site, const Tensor& t) {
+    return obs == nullptr || obs->on_input(l, site, t.data_as<float>(), m, t.dim(1));
+  };
+  const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
+  LITHE_TRY(be.rmsnorm(x_, m, L.attn_norm, eps, h_));
+  if (!observe(LinearSite::qkv, h_)) return Status::ok();
+  const Tensor* qkv_w[] = {&L.wq, &L.wk, &L.wv};
+  Tensor* qkv_y[] = {&q_, &k_, &v_};
+  LITHE_TRY(be.linear_many(qkv_w, h_, m, qkv_y));
+  if (c.qkv_bias) {
+    LITHE_TRY(be.add_bias(q_, m, L.bq));
+    LITHE_TRY(be.add_bias(k_, m, L.bk));
+    LITHE_TRY(be.add_bias(v_, m, L.bv));
+  }
+  LITHE_TRY(be.rope(q_, m, c.n_heads, c.head_dim, pos.data(), rope_, c.rope_style));
+  LITHE_TRY(be.rope(k_, m, c.n_kv_heads, c.head_dim, pos.data(), rope_, c.rope_style));
+  int64_t r0 = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const auto n = static_cast<int64_t>(batch[i].tokens.size());
+    LITHE_ASSIGN(Tensor q, q_.slice_rows(r0, r0 + n));
+    LITHE_ASSIGN(Tensor k, k_.slice_rows(r0, r0 + n));
+    LITHE_ASSIGN(Tensor v, v_.slice_rows(r0, r0 + n));
+    LITHE_ASSIGN(Tensor o, attn_.slice_rows(r0, r0 + n));
+    LITHE_TRY(be.attention(*batch[i].cache, kv_layer, q, k, v, n, pos.data() + r0, slots[i].data(), shape, o));
+    r0 += n;
+  }
+  if (!observe(LinearSite::o, attn_)) return Status::ok();
+  LITHE_TRY(be.linear_residual(L.wo, attn_, m, x_, h_));
+  LITHE_TRY(be.rmsnorm(x_, m, L.ffn_norm, eps, h_));
+  if (!observe(LinearSite::gate_up, h_)) return Status::ok();
+  LITHE_TRY(be.swiglu(L.w_gate, L.w_up, h_, m, gate_, up_));
+  if (!observe(LinearSite::down, gate_)) return Status::ok();
+  LITHE_TRY(be.linear_residual(L.w_down, gate_, m, x_, h_));
+  return Status::ok();
+}
+
+// ---- block-wise execution for calibration ----
+
+LinearSite site_of(LinearKind kind) {
+  switch (kind) {
+    case LinearKind::q:
+    case LinearKind::k:
+    case LinearKind::v: return LinearSite::qkv;
+    case LinearKind::o: return LinearSite::o;
+    case LinearKind::gate:
+    case LinearKind::up: return LinearSite::gate_up;
+    case LinearKind::down: return LinearSite::down;
+  }
+  return LinearSite::qkv;
+}
+
+const char* linear_kind_name(LinearKind kind) {
+  switch (kind) {
+    case LinearKind::q: return "attn_q";
+    case LinearKind::k: return "attn_k";
+    case LinearKind::v: return "attn_v";
+    case LinearKind::o: return "attn_output";
+    case LinearKind::gate: return "ffn_gate";
+    case LinearKind::up: return "ffn_up";
+    case LinearKind::down: return "ffn_down";
+  }
+  return "?";
+}
+
+const char* linear_site_name(LinearSite site) {
+  switch (site) {
+    case LinearSite::qkv: return "qkv";
+    case LinearSite::o: return "o";
+    case LinearSite::gate_up: return "gate_up";
+    case LinearSite::down: return "down";
+  }
+  return "?";
+}
+
+Status Model::check_host_f32(const char* what) {
+  if (backend_->device() != Device::cpu)
+    return error(StatusCode::unsupported, "{} needs the CPU backend, the model runs on {}", what,
+                 backend_->name());
+  return Status::ok();
+}
+
+Status Model::embed(std::span<const int32_t> ids, Tensor& x_out) {
+  LITHE_TRY(check_host_f32("Model::embed"));
+  const auto n = static_cast<int64_t>(ids.size());
+  if (!x_out.defined() || x_out.dtype() != DType::f32 || x_out.device() != Device::cpu || x_out.ndim() != 2 ||
+      x_out.dim(0) < n || x_out.dim(1) != config_.d_model || !x_out.is_contiguous()) {
+    LITHE_ASSIGN(x_out, Tensor::empty(DType::f32, {std::max<int64_t>(n, 1), config_.d_model}));
+  }
+  return backend_->embedding(weights_.tok_embd, ids.data(), n, x_out);
+}
+
+Status Model::block_forward(int64_t layer, Tensor& x, int64_t m, LinearObserver* obs) {
+  const ModelConfig& c = config_;
+  LITHE_TRY(check_host_f32("Model::block_forward"));
+  if (layer < 0 || layer >= c.n_layers)
+    return error(StatusCode::invalid_argument, "block_forward: layer {} out of range [0, {})", layer, c.n_layers);
+  if (m <= 0 || x.dtype() != DType::f32 || x.device() != Device::cpu || x.ndim() != 2 || x.dim(0) < m ||
+      x.dim(1) != c.d_model || !x.is_contiguous())
+    return error(StatusCode::invalid_argument, "block_forward: expected a host f32 [>= {}, {}] tensor, got {}", m,
+                 c.d_model, x.describe());
+  LITHE_TRY(ensure_workspace(m, 0));
+  if (block_cache_.capacity() < m) {
+    LITHE_ASSIGN(block_cache_, KvCache::create(1, m, c.kv_dim(), DType::f32, Device::cpu));
+  }
+  block_cache_.clear();
+  std::vector<int32_t> pos(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  std::vector<std::vector<int64_t>> slots(1);
+  LITHE_ASSIGN(slots[0], block_cache_.append(pos.data(), m));
+  // Only the token count and positions of the batch entry are read (ids are not: x is given).
+  SequenceInput in{&block_cache_, std::span<const int32_t>(pos), pos, false};
+  const size_t bytes = static_cast<size_t>(m * c.d_model) * sizeof(float);
+  std::memcpy(x_.data(), x.data(), bytes);
+  LITHE_TRY(run_block(layer, 0, m, std::span<const SequenceInput>(&in, 1), pos, slots, obs));
+  std::memcpy(x.data(), x_.data(), bytes);
+  return Status::ok();
+}
+
+Result<Tensor*> Model::linear_weight(int64_t layer, LinearKind kind) {
+  LITHE_TRY(check_host_f32("Model::linear_weight"));
+  if (layer < 0 || layer >= config_.n_layers)
+    return error(StatusCode::invalid_argument, "linear_weight: layer {} out of range [0, {})", layer,
+                 config_.n_layers);
+  LayerWeights& L = weights_.layers[static_cast<size_t>(layer)];
+  Tensor* t = nullptr;
+  switch (kind) {
+    case LinearKind::q: t = &L.wq; break;
+    case LinearKind::k: t = &L.wk; break;
+    case LinearKind::v: t = &L.wv; break;
+    case LinearKind::o: t = &L.wo; break;
+    case LinearKind::gate: t = &L.w_gate; break;
+    case LinearKind::up: t = &L.w_up; break;
+    case LinearKind::down: t = &L.w_down; break;
+  }
+  if (t->dtype() != DType::f32 || t->device() != Device::cpu || !t->is_contiguous())
+    return error(StatusCode::unsupported, "blk.{}.{} is {}: compression needs f32 host weights (load the "
+                 "model with dequantize on the CPU backend)", layer, linear_kind_name(kind), t->describe());
+  return t;
 }
 
 }  // namespace lithe

@@ -5,9 +5,12 @@
 // The directory is written to a temporary sibling and renamed into place.
 #pragma once
 
+#include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "lithe/core/dtype.h"
+#include "lithe/formats/hf_config.h"
 #include "lithe/formats/model_file.h"
 
 namespace lithe {
@@ -26,5 +29,37 @@ struct HfExportReport {
 };
 
 Result<HfExportReport> export_hf(const ModelFile& model, const HfExportOptions& opts);
+
+// ---- Pieces shared with other Hugging Face-style writers (compress/checkpoint.cpp) ----
+
+// The HF config export_hf writes for `model` (from GGUF metadata or config.json), torch_dtype
+// set from `dtype`. A GGUF with rope_freqs.weight is unsupported; a bare safetensors file has no
+// config (invalid_argument).
+Result<HfLlamaConfig> hf_export_config(const ModelFile& model, DType dtype);
+
+// One source tensor as export_hf stores it: HF name, GGUF q/k rows un-permuted, in `dtype`.
+struct HfTensor {
+  std::string name;
+  Tensor tensor;
+};
+Result<HfTensor> hf_export_tensor(const ModelFile& model, const ModelTensorInfo& ti, const HfLlamaConfig& cfg,
+                                  DType dtype);
+
+// config.json (to_json(cfg) with the keys of `extra` merged over it) and generation_config.json.
+Status write_hf_config_files(const std::string& dir, const HfLlamaConfig& cfg,
+                             const nlohmann::json& extra = nlohmann::json::object());
+
+// A temporary sibling of `out`, removed on failure; renamed onto `out` by commit_staging.
+struct StagingDir {
+  std::filesystem::path out, tmp;
+  bool done = false;
+  StagingDir() = default;
+  StagingDir(StagingDir&& o) noexcept;
+  StagingDir& operator=(StagingDir&&) = delete;
+  ~StagingDir();
+};
+// already_exists (naming out_dir and --force) when out_dir exists and !force.
+Result<StagingDir> make_staging(const std::string& out_dir, bool force);
+Status commit_staging(StagingDir& s);
 
 }  // namespace lithe

@@ -46,6 +46,26 @@ struct SequenceInput {
   bool all_logits = false;             // logits for every token (perplexity) or just the last
 };
 
+// The linear layers of a block, and the four sites where their inputs are observed (layers of
+// one site share one input: q/k/v the normed block input, gate/up the normed attention residual).
+enum class LinearKind { q, k, v, o, gate, up, down };
+enum class LinearSite { qkv, o, gate_up, down };
+inline constexpr LinearKind kAllLinearKinds[] = {LinearKind::q,    LinearKind::k,  LinearKind::v,   LinearKind::o,
+                                                 LinearKind::gate, LinearKind::up, LinearKind::down};
+LinearSite site_of(LinearKind kind);
+// GGUF-style tensor stem without the block prefix: "attn_q", ..., "ffn_down".
+const char* linear_kind_name(LinearKind kind);
+const char* linear_site_name(LinearSite site);
+
+// Sees the input rows of each linear site while a block runs (calibration; host backends only).
+class LinearObserver {
+ public:
+  virtual ~LinearObserver() = default;
+  // x: m rows of n_in f32 features, valid only during the call. Return false to stop the block
+  // right there (the rest of the block is skipped and its output is undefined).
+  virtual bool on_input(int64_t layer, LinearSite site, const float* x, int64_t m, int64_t n_in) = 0;
+};
+
 class Model {
  public:
   // A .gguf file or a checkpoint directory (config.json + safetensors + tokenizer.json).
@@ -59,6 +79,8 @@ class Model {
   // Bytes of weights one decode step reads (every matrix once, the embedding row negligible).
   uint64_t weight_bytes_per_token() const;
   const std::string& path() const { return path_; }
+  // The file or checkpoint directory the weights were loaded from (kept open and mapped).
+  const ModelFile& file() const { return *file_; }
 
   Result<KvCache> new_cache(int64_t capacity, DType kv_dtype = DType::f32);
 
@@ -80,6 +102,19 @@ class Model {
                                                   uint64_t seed = 1);
   bool has_tokenizer() const { return tokenizer_ != nullptr; }
 
+  // ---- block-wise execution for calibration (CPU backend only; model/compress pipelines) ----
+  // x_out = the embeddings of ids: [ids.size(), d_model] f32 on the host (allocated if needed).
+  Status embed(std::span<const int32_t> ids, Tensor& x_out);
+  // Runs block `layer` in place over x ([>= m, d_model] f32 host): one sequence of m tokens at
+  // positions 0..m-1, causal, with a private scratch KV cache. obs (may be null) sees each
+  // site's inputs in block order (qkv, o, gate_up, down) before those linears run.
+  Status block_forward(int64_t layer, Tensor& x, int64_t m, LinearObserver* obs = nullptr);
+  // The weight tensor of one linear, to be replaced by a compressed one: overwrite its data when
+  // its buffer is writable (a dequantized copy), else assign a new [n_out, n_in] f32 host tensor
+  // (a read-only view of the file). Only for f32 host weights: a model loaded with dequantize on
+  // the CPU backend; unsupported otherwise.
+  Result<Tensor*> linear_weight(int64_t layer, LinearKind kind);
+
  private:
   Model() = default;
   // Runs the batch and leaves its logits rows in logits_; returns the number of rows.
@@ -87,6 +122,12 @@ class Model {
   Status forward_ops(std::span<const SequenceInput> batch, const std::vector<int32_t>& ids,
                      const std::vector<int32_t>& pos, int64_t m);
   Status run_layers(int64_t m, std::span<const SequenceInput> batch, const std::vector<int32_t>& pos);
+  // One block over the m rows of x_: attention reads/writes layer kv_layer of each sequence's
+  // cache at `slots` (kv_layer == layer in forward; 0 for block_forward's one-layer scratch).
+  Status run_block(int64_t layer, int64_t kv_layer, int64_t m, std::span<const SequenceInput> batch,
+                   const std::vector<int32_t>& pos, const std::vector<std::vector<int64_t>>& slots,
+                   LinearObserver* obs);
+  Status check_host_f32(const char* what);
   Status ensure_workspace(int64_t m, int64_t out_rows);
 
   std::string path_;
@@ -104,6 +145,7 @@ class Model {
   uint64_t ws_generation_ = 0;  // bumped whenever a workspace tensor moves (part of the step key)
   Tensor x_, h_, q_, k_, v_, attn_, gate_, up_;
   Tensor head_in_, logits_;  // [out_rows, d_model], [out_rows, vocab]
+  KvCache block_cache_;      // block_forward's one-layer scratch cache
 };
 
 }  // namespace lithe

@@ -23,6 +23,31 @@
 namespace lithe::compress {
 namespace {
 
+// GGUF stores llama q/k rows permuted for its RoPE layout; the HF-style checkpoint wants them in
+// HF order. Rows are independent in every solver (codes, per-row scales and zeros, mask rows), so
+// moving whole rows is exact. The row map is the tensor permutation applied to row indices.
+Status unpermute_linear_rows(CompressedLinear& L, int64_t n_heads) {
+  const int64_t n_out = L.q ? L.q->n_out : L.n_out, n_in = L.q ? L.q->n_in : L.n_in;
+  LITHE_ASSIGN(Tensor idx, Tensor::empty(DType::f32, {n_out, 1}));
+  for (int64_t r = 0; r < n_out; ++r) idx.data_as<float>()[r] = static_cast<float>(r);
+  LITHE_ASSIGN(Tensor src, unpermute_rope_rows(idx, n_heads));
+  auto move_rows = [&](auto& v, int64_t width) {
+    auto old = v;
+    for (int64_t r = 0; r < n_out; ++r) {
+      const auto from = static_cast<int64_t>(src.data_as<float>()[r]);
+      std::copy_n(old.begin() + from * width, width, v.begin() + r * width);
+    }
+  };
+  if (L.q) {
+    move_rows(L.q->codes, n_in);
+    move_rows(L.q->scales, L.q->n_groups());
+    move_rows(L.q->zeros, L.q->n_groups());
+  }
+  if (!L.mask.empty()) move_rows(L.mask, n_in);
+  if (!L.dense_f32.empty()) move_rows(L.dense_f32, n_in);
+  return Status::ok();
+}
+
 bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -82,11 +107,18 @@ Status write_lithe_checkpoint(const Model& src, const std::vector<CompressedLine
   const gguf::File* g = mf.gguf();
   const bool permuted = g != nullptr && arch_permutes_qk(cfg.model_type);
   std::map<std::string, const CompressedLinear*> by_weight;  // "<L>.weight" -> linear
-  for (const auto& L : linears) {
-    LITHE_TRY(check_linear(L, info));
-    if (permuted && (ends_with(L.hf_name, "q_proj") || ends_with(L.hf_name, "k_proj")))
-      return error(StatusCode::unsupported, "linear '{}' of a GGUF model with permuted q/k rows: compressing it from "
-                   "GGUF is not supported (export to HF first)", L.hf_name);
+  std::vector<CompressedLinear> unpermuted;  // q/k of GGUF sources, rows back in HF order
+  unpermuted.reserve(linears.size());
+  for (const auto& L0 : linears) {
+    LITHE_TRY(check_linear(L0, info));
+    const CompressedLinear* lp = &L0;
+    const bool is_q = ends_with(L0.hf_name, "q_proj"), is_k = ends_with(L0.hf_name, "k_proj");
+    if (permuted && (is_q || is_k)) {
+      unpermuted.push_back(L0);
+      LITHE_TRY(unpermute_linear_rows(unpermuted.back(), is_q ? cfg.num_attention_heads : cfg.num_key_value_heads));
+      lp = &unpermuted.back();
+    }
+    const CompressedLinear& L = *lp;
     if (!by_weight.emplace(L.hf_name + ".weight", &L).second)
       return error(StatusCode::invalid_argument, "linear '{}' given twice", L.hf_name);
   }

@@ -1,0 +1,154 @@
+// lithe quantize -m IN -o OUT --method rtn|gptq|sparsegpt|magnitude [--bits 4] [--group 128] [--sym]
+//   [--act-order] [--static-groups] [--sparsity 0.5 | --nm 2:4] [--calib FILE] [--nsamples 128]
+//   [--seqlen 2048] [--seed 0] [--percdamp 0.01] [--true-sequential] [--force]
+// Loads IN dequantized on the CPU, runs the sequential calibration pipeline (quantize/pipeline.h),
+// writes a lithe compressed checkpoint (compress/checkpoint.h) and reports time, bits per weight
+// (scales and zeros counted) and each linear's reconstruction error ‖WX − ŴX‖²/‖WX‖².
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "command.h"
+#include "lithe/core/file_util.h"
+#include "lithe/models/compressed_export.h"
+#include "lithe/models/llama_names.h"
+#include "lithe/quantize/calibration.h"
+#include "lithe/quantize/pipeline.h"
+
+namespace lithe::cli {
+namespace {
+
+struct Options {
+  std::string model, out, method = "gptq", nm, calib = compress::kDefaultCalibrationText, device = "cpu";
+  int bits = 4;
+  int64_t group = 128, nsamples = 128, seqlen = 2048;
+  uint64_t seed = 0;
+  double sparsity = 0.5, percdamp = 0.01;
+  bool sym = false, act_order = false, static_groups = false, clip = false, one_pass = false, force = false;
+  bool quantize_sparse = false;
+};
+
+Status parse_nm(const std::string& s, int64_t& n, int64_t& m) {
+  const auto colon = s.find(':');
+  try {
+    if (colon == std::string::npos) throw std::invalid_argument(s);
+    n = std::stoll(s.substr(0, colon));
+    m = std::stoll(s.substr(colon + 1));
+  } catch (const std::exception&) {
+    return error(StatusCode::invalid_argument, "--nm '{}' is not N:M (e.g. 2:4)", s);
+  }
+  if (n <= 0 || m <= n) return error(StatusCode::invalid_argument, "--nm {}: need 0 < N < M", s);
+  return Status::ok();
+}
+
+Status run(const Options& o) {
+  LITHE_ASSIGN(compress::CompressMethod method, compress::parse_compress_method(o.method));
+  if (o.device != "cpu")
+    return error(StatusCode::unsupported, "--device {}: the compression solvers run on the cpu for now", o.device);
+  if (std::filesystem::exists(o.out) && !o.force)
+    return error(StatusCode::already_exists, "output '{}' exists: choose another -o or pass --force", o.out);
+  const bool pruning = method == compress::CompressMethod::sparsegpt || method == compress::CompressMethod::magnitude;
+  const bool quantized = !pruning || o.quantize_sparse;
+  compress::PipelineOptions po;
+  po.method = method;
+  po.grid.bits = o.bits;
+  po.grid.sym = o.sym;
+  po.grid.group = o.group;
+  po.grid.mse = o.clip;
+  po.hessian.percdamp = o.percdamp;
+  po.act_order = o.act_order;
+  po.static_groups = o.static_groups;
+  po.sparsity = o.sparsity;
+  po.sparse_quantize = o.quantize_sparse;
+  po.nsamples = o.nsamples;
+  po.seqlen = o.seqlen;
+  po.seed = o.seed;
+  po.true_sequential = !o.one_pass;
+  if (!o.nm.empty()) LITHE_TRY(parse_nm(o.nm, po.prune_n, po.prune_m));
+
+  LoadOptions lo;
+  lo.dequantize = true;  // the solvers work on f32 weights
+  LITHE_ASSIGN(auto model, Model::load(o.model, lo));
+  const ModelConfig& c = model->config();
+  if (quantized)
+    for (int64_t n_in : {c.d_model, c.q_dim(), c.d_ff}) LITHE_TRY(po.grid.validate(n_in));
+  LITHE_ASSIGN(std::string text, read_text_file(o.calib));
+  LITHE_ASSIGN(auto windows, compress::calibration_windows(model->tokenizer(), text, o.nsamples, o.seqlen, o.seed));
+
+  std::vector<compress::CompressedLinearResult> results;
+  LITHE_ASSIGN(compress::PipelineReport rep, compress::compress_model(*model, windows, po, results));
+
+  std::vector<compress::CompressedLinear> linears;
+  for (auto& r : results) {
+    LITHE_ASSIGN(HfName hf, gguf_to_hf_name(r.name + ".weight", false));
+    compress::CompressedLinear L;
+    L.hf_name = hf.name.substr(0, hf.name.size() - std::string(".weight").size());
+    L.n_out = r.n_out;
+    L.n_in = r.n_in;
+    L.mask = std::move(r.mask);
+    if (r.q) {
+      L.q = std::move(r.q);
+    } else {  // pruned only: the pruned weights as the model now holds them
+      LITHE_ASSIGN(Tensor* w, model->linear_weight(r.layer, r.kind));
+      L.dense_f32.assign(w->data_as<float>(), w->data_as<float>() + w->numel());
+    }
+    linears.push_back(std::move(L));
+  }
+  compress::CompressionInfo info;
+  info.method = compress::compress_method_name(method);
+  info.bits = quantized ? o.bits : 0;
+  info.group = o.group;
+  info.sym = o.sym;
+  info.act_order = o.act_order;
+  info.static_groups = o.static_groups;
+  info.sparsity = pruning && o.nm.empty() ? o.sparsity : 0;
+  info.n = po.prune_n;
+  info.m = po.prune_m;
+  info.calibration = compress::CalibrationInfo{o.calib, o.nsamples, o.seqlen, o.seed};
+  compress::CheckpointWriteOptions wo;
+  wo.force = o.force;
+  wo.scale_dtype = DType::f32;  // dequantizes exactly to the weights the pipeline measured
+  LITHE_TRY(compress::write_lithe_checkpoint(*model, linears, info, o.out, wo));
+
+  fmt::print("{:<16} {:>11} {:>8} {:>9} {:>10}\n", "linear", "shape", "bits/w", "sparsity", "rel. error");
+  for (const auto& r : results)
+    fmt::print("{:<16} {:>5}x{:<5} {:8.3f} {:9.3f} {:10.3e}\n", r.name, r.n_out, r.n_in, r.bits_per_weight,
+               r.sparsity, r.error);
+  fmt::print("{} of {} linears in {} layers, {} windows x {} tokens: {:.1f} s (forward {:.1f}, hessian {:.1f}, solve "
+             "{:.1f}); {:.3f} bits per weight (scales and zeros counted), sparsity {:.3f}, mean error {:.3e}\n",
+             info.method, rep.n_linears, rep.n_layers, rep.windows, o.seqlen, rep.seconds, rep.seconds_forward,
+             rep.seconds_hessian, rep.seconds_solve, rep.avg_bits_per_weight, rep.sparsity, rep.mean_error);
+  fmt::print("wrote {}\n", o.out);
+  return Status::ok();
+}
+
+void setup(CLI::App& sub, Runner& runner) {
+  auto o = std::make_shared<Options>();
+  sub.add_option("-m,--model", o->model, "input model: .gguf file or checkpoint directory (never modified)")->required();
+  sub.add_option("-o,--out", o->out, "output lithe checkpoint directory")->required();
+  sub.add_option("--method", o->method, "rtn, gptq, sparsegpt or magnitude")->capture_default_str();
+  sub.add_option("--bits", o->bits, "bits per weight: 2, 3, 4 or 8")->capture_default_str();
+  sub.add_option("--group", o->group, "input columns per scale/zero group (0: per output channel)")->capture_default_str();
+  sub.add_flag("--sym", o->sym, "symmetric grid");
+  sub.add_flag("--act-order", o->act_order, "gptq: quantize columns by descending Hessian diagonal");
+  sub.add_flag("--static-groups", o->static_groups, "gptq with --act-order: groups fixed on the original order");
+  sub.add_flag("--clip", o->clip, "search a clipping range per group (minimises the p=2.4 error)");
+  sub.add_option("--sparsity", o->sparsity, "sparsegpt/magnitude: fraction of weights pruned")->capture_default_str();
+  sub.add_option("--nm", o->nm, "sparsegpt/magnitude: N:M semi-structured (N zeros per M), e.g. 2:4");
+  sub.add_flag("--quantize-sparse", o->quantize_sparse, "sparsegpt: also quantize the kept weights (--bits/--group)");
+  sub.add_option("--calib", o->calib, "calibration text")->capture_default_str();
+  sub.add_option("--nsamples", o->nsamples, "calibration windows")->capture_default_str();
+  sub.add_option("--seqlen", o->seqlen, "tokens per window")->capture_default_str();
+  sub.add_option("--seed", o->seed, "window sampling seed")->capture_default_str();
+  sub.add_option("--percdamp", o->percdamp, "Hessian dampening (fraction of its mean diagonal)")->capture_default_str();
+  sub.add_flag("--one-pass", o->one_pass, "all Hessians of a block from one pass of the uncompressed block");
+  sub.add_option("--device", o->device, "where the solvers run (cpu)")->capture_default_str();
+  sub.add_flag("--force", o->force, "replace an existing output directory");
+  runner = [o] { return run(*o); };
+}
+
+}  // namespace
+
+LITHE_COMMAND(quantize, "Compress a model (RTN, GPTQ, SparseGPT, magnitude pruning) into a lithe checkpoint", setup);
+
+}  // namespace lithe::cli

@@ -11,6 +11,14 @@
 
 namespace lithe {
 
+Status check_activation(const Tensor& t, Device device, int64_t m, int64_t cols, const char* what) {
+  if (t.dtype() != DType::f32 || t.device() != device || !t.is_contiguous() || t.ndim() != 2 || t.dim(0) < m ||
+      (cols >= 0 && t.dim(1) != cols))
+    return error(StatusCode::invalid_argument, "{}: expected a {} f32 [>= {}, {}] tensor, got {}", what,
+                 device_name(device), m, cols, t.describe());
+  return Status::ok();
+}
+
 Status Backend::linear_many(std::span<const Tensor* const> ws, const Tensor& x, int64_t m, std::span<Tensor*> ys) {
   if (ws.size() != ys.size())
     return error(StatusCode::invalid_argument, "linear_many: {} weights but {} outputs", ws.size(), ys.size());
@@ -34,11 +42,18 @@ Status Backend::top_k(const Tensor& logits, int64_t rows, int k, float* vals, in
   const int64_t vocab = logits.dim(1);
   if (k <= 0 || k > vocab)
     return error(StatusCode::invalid_argument, "top_k: k = {} must be in 1..{} (the vocabulary)", k, vocab);
-  std::vector<float> host(static_cast<size_t>(rows * vocab));
-  LITHE_TRY(to_host(logits, rows, host.data()));
+  std::vector<float> copy;  // device logits come to the host; host ones are read in place
+  const float* all = logits.data_as<float>();
+  if (logits.device() != Device::cpu) {
+    copy.resize(static_cast<size_t>(rows * vocab));
+    LITHE_TRY(to_host(logits, rows, copy.data()));
+    all = copy.data();
+  } else {
+    LITHE_TRY(check_activation(logits, Device::cpu, rows, vocab, "top_k logits"));
+  }
   std::vector<int32_t> order(static_cast<size_t>(vocab));
   for (int64_t r = 0; r < rows; ++r) {
-    const float* row = host.data() + r * vocab;
+    const float* row = all + r * vocab;
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
       return row[a] > row[b] || (row[a] == row[b] && a < b);

@@ -10,11 +10,7 @@ namespace lithe {
 namespace {
 
 Status check_f32(const Tensor& t, int64_t m, int64_t cols, const char* what) {
-  if (t.dtype() != DType::f32 || t.device() != Device::cpu || !t.is_contiguous() || t.ndim() != 2 || t.dim(0) < m ||
-      (cols >= 0 && t.dim(1) != cols))
-    return error(StatusCode::invalid_argument, "{}: expected a host f32 [>= {}, {}] tensor, got {}", what, m, cols,
-                 t.describe());
-  return Status::ok();
+  return check_activation(t, Device::cpu, m, cols, what);
 }
 
 class CpuBackend final : public Backend {

@@ -85,6 +85,10 @@ class Backend {
   }
 };
 
+// For backends: OK when `t` is an f32 contiguous [>= m, cols] matrix on `device` (cols < 0: any);
+// otherwise invalid_argument naming `what`, the expectation and the tensor.
+Status check_activation(const Tensor& t, Device device, int64_t m, int64_t cols, const char* what);
+
 std::unique_ptr<Backend> make_cpu_backend();
 // The CUDA backend on device 0; an error when built without CUDA or no device is present.
 Result<std::unique_ptr<Backend>> make_cuda_backend();

@@ -40,11 +40,7 @@ Result<cuda::WeightType> weight_type(const Tensor& w) {
 }
 
 Status check_act(const Tensor& t, int64_t m, int64_t cols, const char* what) {
-  if (t.dtype() != DType::f32 || t.device() != Device::cuda || !t.is_contiguous() || t.ndim() != 2 || t.dim(0) < m ||
-      (cols >= 0 && t.dim(1) != cols))
-    return error(StatusCode::invalid_argument, "{}: expected a cuda f32 [>= {}, {}] tensor, got {}", what, m, cols,
-                 t.describe());
-  return Status::ok();
+  return check_activation(t, Device::cuda, m, cols, what);
 }
 
 Status check_weight(const Tensor& w, const char* what) {

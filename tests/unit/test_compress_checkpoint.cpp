@@ -7,6 +7,8 @@
 //   W[o][i]    = scales[g_idx[i]][o] * (code(i, o) - zero(g_idx[i], o))
 #include <gtest/gtest.h>
 
+#include "test_tmp.h"
+
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -28,7 +30,7 @@ namespace {
 const char* kLinears[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                           "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
 
-fs::path tmp_dir(const std::string& name) { return fs::path(::testing::TempDir()) / ("lithe_ckpt_" + name); }
+fs::path tmp_dir(const std::string& name) { return lithe_test::tmp_path("ckpt_" + name); }
 
 // The tiny llama3 model with the test tokenizer, copied into a temp directory.
 std::string tiny_model() {

@@ -4,6 +4,8 @@
 // real-layer check on the default model when models/ and data/ have it.
 #include <gtest/gtest.h>
 
+#include "test_tmp.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -24,7 +26,7 @@ namespace {
 std::string tiny_dir() {
   static const std::string dir = [] {
     const fs::path data = fs::path(LITHE_TEST_DATA) / "tiny";
-    const fs::path d = fs::path(::testing::TempDir()) / "lithe_pipeline_tiny";
+    const fs::path d = lithe_test::tmp_path("pipeline_tiny");
     fs::remove_all(d);
     fs::create_directories(d);
     for (const char* sub : {"llama3", "tokenizer"})

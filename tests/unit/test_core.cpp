@@ -2,6 +2,8 @@
 // (coverage, concurrent callers, nesting), progress rendering, atomic file writes.
 #include <gtest/gtest.h>
 
+#include "test_tmp.h"
+
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -85,7 +87,7 @@ TEST(Tensor, ViewsShapesAndErrors) {
 }
 
 TEST(Buffer, MapFileAndDeviceWithoutCuda) {
-  const std::string path = ::testing::TempDir() + "/lithe_map.bin";
+  const std::string path = lithe_test::tmp_path("map.bin").string();
   const std::string text = "hello mapped world";
   ASSERT_TRUE(write_file_atomic(path, text).is_ok());
   auto m = map_file(path);
@@ -106,7 +108,7 @@ TEST(Buffer, MapFileAndDeviceWithoutCuda) {
 
 TEST(FileUtil, AtomicWriteLeavesNoTempOnFailure) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::path(::testing::TempDir()) / "lithe_atomic";
+  const fs::path dir = lithe_test::tmp_path("atomic");
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string path = (dir / "out.txt").string();

@@ -2,6 +2,8 @@
 // (truncation at every length, lying counts/offsets/lengths) that must give errors, not crashes.
 #include <gtest/gtest.h>
 
+#include "test_tmp.h"
+
 #include <cstring>
 #include <random>
 
@@ -116,7 +118,7 @@ TEST(Gguf, RoundTripMetadataAndTensors) {
 
 TEST(Gguf, WriteAtomicallyAndOpen) {
   Fixture fx;
-  const std::string path = ::testing::TempDir() + "/lithe_test.gguf";
+  const std::string path = lithe_test::tmp_path("test.gguf").string();
   ASSERT_TRUE(fx.w.write(path).is_ok());
   auto f = File::open(path);
   ASSERT_TRUE(f.is_ok()) << f.status().to_string();

@@ -3,6 +3,8 @@
 // mistral, qwen2 with q/k/v biases and tied embeddings. Loaded from a checkpoint directory
 // (safetensors, f16 weights, rotate-half RoPE); last-position logits NMSE <= 1e-6.
 #include <gtest/gtest.h>
+
+#include "test_tmp.h"
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -19,7 +21,7 @@ class ModelFamily : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(ModelFamily, MatchesTransformers) {
   const fs::path data = fs::path(LITHE_TEST_DATA) / "tiny";
-  const fs::path dir = fs::path(::testing::TempDir()) / (std::string("lithe_tiny_") + GetParam());
+  const fs::path dir = lithe_test::tmp_path(std::string("tiny_") + GetParam());
   fs::remove_all(dir);
   fs::create_directories(dir);
   for (const auto& e : fs::directory_iterator(data / GetParam())) fs::copy_file(e.path(), dir / e.path().filename());

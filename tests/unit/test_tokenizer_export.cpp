@@ -4,6 +4,8 @@
 // vocabulary, for tests/py/test_tokenizer_export.py to load with Hugging Face `tokenizers`.
 #include <gtest/gtest.h>
 
+#include "test_tmp.h"
+
 #include <nlohmann/json.hpp>
 
 #include "lithe/formats/gguf.h"
@@ -14,7 +16,7 @@ namespace {
 
 std::filesystem::path export_root() {
   if (const char* env = std::getenv("LITHE_TOKENIZER_EXPORT_DIR"); env != nullptr && *env) return env;
-  return std::filesystem::path(::testing::TempDir()) / "lithe_tokenizer_export";
+  return lithe_test::tmp_path("tokenizer_export");
 }
 
 class TokenizerExport : public ::testing::TestWithParam<std::string> {};
@@ -67,7 +69,7 @@ TEST(TokenizerExportFiles, ConfigHasTemplateAndSpecialTokens) {
   ASSERT_TRUE(file.is_ok());
   auto tok = load_tokenizer(*file);
   ASSERT_TRUE(tok.is_ok());
-  const auto dir = std::filesystem::path(::testing::TempDir()) / "lithe_tok_export_files";
+  const auto dir = lithe_test::tmp_path("tok_export_files");
   ASSERT_TRUE(export_hf_tokenizer(**tok, dir.string(), "{{ messages }}").is_ok());
   const auto config = nlohmann::json::parse(tok_test::read_all(dir / "tokenizer_config.json"));
   EXPECT_EQ(config.at("chat_template"), "{{ messages }}");

@@ -3,6 +3,8 @@
 // varied strings; decode must give each string back.
 #include <gtest/gtest.h>
 
+#include "test_tmp.h"
+
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -83,7 +85,7 @@ TEST(TokenizerExportGolden, DefaultModelThroughExportedTokenizerJson) {
   if (!tok) GTEST_SKIP() << "default model not found: run scripts/fetch-model.sh or set LITHE_TEST_MODEL";
   const char* keep = std::getenv("LITHE_TOKENIZER_EXPORT_DIR");
   const auto dir = (keep != nullptr && *keep) ? std::filesystem::path(keep) / "smollm2"
-                                              : std::filesystem::path(::testing::TempDir()) / "lithe_tok_export_smollm2";
+                                              : lithe_test::tmp_path("tok_export_smollm2");
   ASSERT_TRUE(export_hf_tokenizer(*tok, dir.string(), tok->spec().chat_template).is_ok());
   auto back = load_tokenizer_json(dir.string());
   ASSERT_TRUE(back.is_ok()) << back.status().to_string();

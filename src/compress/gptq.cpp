@@ -54,7 +54,7 @@ Result<GptqResult> gptq(std::span<const float> w, int64_t n_out, int64_t n_in, s
     global_pool().parallel_for(n_out, 4, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t g = 0; g < ng; ++g) {
-          const GridParams p = find_params(grid, w0.data() + r * n + g * len, len);
+          const GridParams p = find_params(grid, w0.data() + r * n + g * len, std::min(len, n - g * len));
           q.scales[static_cast<size_t>(r * ng + g)] = p.scale;
           q.zeros[static_cast<size_t>(r * ng + g)] = p.zero;
         }
@@ -79,8 +79,9 @@ Result<GptqResult> gptq(std::span<const float> w, int64_t n_out, int64_t n_in, s
           const int64_t g = group_at[static_cast<size_t>(j)];
           const size_t pi = static_cast<size_t>(r * ng + g);
           if (gs > 0 && !static_groups && j % gs == 0) {  // new group: grid from current weights
-            detail::gather_current(row, e_row, u, n, i1, i2, j - i1, j, j + gs, buf.data());
-            const GridParams p = find_params(grid, buf.data(), gs);
+            const int64_t len = grid.group_len(j, n);
+            detail::gather_current(row, e_row, u, n, i1, i2, j - i1, j, j + len, buf.data());
+            const GridParams p = find_params(grid, buf.data(), len);
             q.scales[pi] = p.scale;
             q.zeros[pi] = p.zero;
           }

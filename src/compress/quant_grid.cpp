@@ -12,8 +12,16 @@ Status QuantGrid::validate(int64_t n_in) const {
     return error(StatusCode::invalid_argument, "quantization bits {} not supported (use 2, 3, 4 or 8)", bits);
   if (group < 0) return error(StatusCode::invalid_argument, "group size {} is negative (0 = per row)", group);
   if (n_in <= 0) return error(StatusCode::invalid_argument, "matrix has {} input columns", n_in);
-  if (group > 0 && n_in % group != 0)
-    return error(StatusCode::invalid_argument, "group size {} does not divide n_in {}", group, n_in);
+  if (group > 0 && n_in % group != 0 && !partial_groups) {
+    int64_t below = group, above = group;  // nearest divisors of n_in (1 and n_in always are)
+    while (n_in % below != 0) --below;
+    while (above < n_in && n_in % above != 0) ++above;
+    return error(StatusCode::invalid_argument,
+                 "group size {} does not divide the input dimension {}: use a divisor (e.g. {} or {}) or "
+                 "--partial-groups to let the last group of each row be shorter ({} columns, as the GPTQ "
+                 "reference does)",
+                 group, n_in, below, std::min(above, n_in), n_in % group);
+  }
   if (mse && (mse_grid <= 0 || !(mse_maxshrink > 0.0f && mse_maxshrink <= 1.0f) || !(mse_norm > 0.0f)))
     return error(StatusCode::invalid_argument, "bad clipping search settings (grid {}, maxshrink {}, norm {})",
                  mse_grid, mse_maxshrink, mse_norm);

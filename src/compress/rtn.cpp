@@ -1,6 +1,8 @@
 // Round-to-nearest quantization and dequantization (see include/lithe/compress/rtn.h).
 #include "lithe/compress/rtn.h"
 
+#include <algorithm>
+
 #include "lithe/core/thread_pool.h"
 
 namespace lithe::compress {
@@ -39,11 +41,12 @@ Result<QuantizedMatrix> rtn(std::span<const float> w, int64_t n_out, int64_t n_i
     for (int64_t r = r0; r < r1; ++r) {
       for (int64_t g = 0; g < ng; ++g) {
         const float* x = w.data() + r * n_in + g * gs;
-        const GridParams p = find_params(grid, x, gs);
+        const int64_t len = std::min(gs, n_in - g * gs);
+        const GridParams p = find_params(grid, x, len);
         q.scales[static_cast<size_t>(r * ng + g)] = p.scale;
         q.zeros[static_cast<size_t>(r * ng + g)] = p.zero;
         uint8_t* codes = q.codes.data() + r * n_in + g * gs;
-        for (int64_t c = 0; c < gs; ++c) codes[c] = static_cast<uint8_t>(quantize_code(x[c], p, maxq));
+        for (int64_t c = 0; c < len; ++c) codes[c] = static_cast<uint8_t>(quantize_code(x[c], p, maxq));
       }
     }
   });

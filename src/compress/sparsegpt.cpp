@@ -135,8 +135,9 @@ Result<SparseGptResult> sparsegpt(std::span<const float> w, int64_t n_out, int64
           if (quant) {
             pi = static_cast<size_t>(r * ng + (gs ? j / gs : 0));
             if (gs > 0 && j % gs == 0) {
-              detail::gather_current(row, e_row, u, n, i1, i2, j - i1, j, j + gs, buf.data());
-              p = find_params(grid, buf.data(), gs);
+              const int64_t len = grid.group_len(j, n);
+              detail::gather_current(row, e_row, u, n, i1, i2, j - i1, j, j + len, buf.data());
+              p = find_params(grid, buf.data(), len);
               res.q->scales[pi] = p.scale;
               res.q->zeros[pi] = p.zero;
             }

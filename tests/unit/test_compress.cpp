@@ -149,6 +149,13 @@ TEST(QuantGrid, ValidateNamesBadValues) {
   lc::QuantGrid b{.bits = 5};
   EXPECT_NE(b.validate(256).message().find("5"), std::string::npos);
   EXPECT_TRUE((lc::QuantGrid{.bits = 2, .group = 32}.validate(256).is_ok()));
+  // A non-dividing group names the nearest divisors and the opt-in flag; partial_groups accepts it.
+  const lithe::Status nd = lc::QuantGrid{.bits = 4, .group = 128}.validate(576);
+  ASSERT_FALSE(nd.is_ok());
+  for (const char* want : {"128", "576", "96", "144", "--partial-groups"})
+    EXPECT_NE(nd.message().find(want), std::string::npos) << want << " in: " << nd.message();
+  EXPECT_TRUE((lc::QuantGrid{.bits = 4, .group = 128, .partial_groups = true}.validate(576).is_ok()));
+  EXPECT_EQ((lc::QuantGrid{.group = 128}.n_groups(576)), 5);
 }
 
 // ---- RTN ----------------------------------------------------------------------------------
@@ -172,16 +179,32 @@ TEST(Rtn, CodesScalesAndDequantize) {
   EXPECT_FALSE(lc::rtn(w, 8, 64, lc::QuantGrid{.bits = 4, .group = 24}).is_ok());
 }
 
+// --partial-groups: 64 columns in groups of 24 are 24 + 24 + 16, each with its own grid.
+TEST(Rtn, PartialLastGroup) {
+  const auto w = random_matrix(8, 64, 6);
+  const lc::QuantGrid g{.bits = 3, .group = 24, .partial_groups = true};
+  auto q = lc::rtn(w, 8, 64, g);
+  ASSERT_TRUE(q.is_ok()) << q.status().to_string();
+  ASSERT_EQ(q->n_groups(), 3);
+  for (int64_t r = 0; r < 8; ++r)
+    for (int64_t gi = 0; gi < 3; ++gi) {
+      const lc::GridParams p = lc::find_params(g, w.data() + r * 64 + gi * 24, gi == 2 ? 16 : 24);
+      EXPECT_EQ(q->scales[static_cast<size_t>(r * 3 + gi)], p.scale) << r << " " << gi;
+      EXPECT_EQ(q->zeros[static_cast<size_t>(r * 3 + gi)], p.zero);
+    }
+  for (int64_t c = 0; c < 64; ++c) EXPECT_EQ(q->g_idx[static_cast<size_t>(c)], c / 24);
+}
+
 // ---- GPTQ ---------------------------------------------------------------------------------
 
 TEST(Gptq, IdentityHessianEqualsRtn) {
   const int64_t n_out = 32, n_in = 128;
   const auto w = random_matrix(n_out, n_in, 21);
   const auto h = identity(n_in);
-  for (int64_t group : {0, 32})
+  for (int64_t group : {0, 32, 48})  // 48: partial last group (128 = 2 x 48 + 32)
     for (bool sym : {false, true}) {
       lc::GptqOptions o;
-      o.grid = {.bits = 3, .sym = sym, .group = group};
+      o.grid = {.bits = 3, .sym = sym, .group = group, .partial_groups = group == 48};
       auto g = lc::gptq(w, n_out, n_in, h, o);
       auto r = lc::rtn(w, n_out, n_in, o.grid);
       ASSERT_TRUE(g.is_ok() && r.is_ok());
@@ -194,11 +217,11 @@ TEST(Gptq, IdentityHessianEqualsRtn) {
 
 TEST(Gptq, BlockSizeDoesNotChangeResult) {
   const Layer& l = correlated_layer();
-  for (int64_t group : {0, 32}) {
+  for (int64_t group : {0, 32, 40}) {  // 40: a partial last group
     std::vector<lc::GptqResult> res;
     for (int64_t b : {1, 50, 128}) {  // 50: groups straddle block ends
       lc::GptqOptions o;
-      o.grid = {.bits = 4, .group = group};
+      o.grid = {.bits = 4, .group = group, .partial_groups = true};
       o.block_size = b;
       auto g = lc::gptq(l.w, l.n_out, l.n_in, l.h, o);
       ASSERT_TRUE(g.is_ok()) << g.status().to_string();

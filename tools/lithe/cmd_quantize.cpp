@@ -25,7 +25,7 @@ struct Options {
   uint64_t seed = 0;
   double sparsity = 0.5, percdamp = 0.01;
   bool sym = false, act_order = false, static_groups = false, clip = false, one_pass = false, force = false;
-  bool quantize_sparse = false;
+  bool quantize_sparse = false, partial_groups = false;
 };
 
 Status parse_nm(const std::string& s, int64_t& n, int64_t& m) {
@@ -54,6 +54,7 @@ Status run(const Options& o) {
   po.grid.bits = o.bits;
   po.grid.sym = o.sym;
   po.grid.group = o.group;
+  po.grid.partial_groups = o.partial_groups;
   po.grid.mse = o.clip;
   po.hessian.percdamp = o.percdamp;
   po.act_order = o.act_order;
@@ -129,6 +130,8 @@ void setup(CLI::App& sub, Runner& runner) {
   sub.add_option("--method", o->method, "rtn, gptq, sparsegpt or magnitude")->capture_default_str();
   sub.add_option("--bits", o->bits, "bits per weight: 2, 3, 4 or 8")->capture_default_str();
   sub.add_option("--group", o->group, "input columns per scale/zero group (0: per output channel)")->capture_default_str();
+  sub.add_flag("--partial-groups", o->partial_groups,
+               "allow a shorter last group when --group does not divide a layer's input dimension");
   sub.add_flag("--sym", o->sym, "symmetric grid");
   sub.add_flag("--act-order", o->act_order, "gptq: quantize columns by descending Hessian diagonal");
   sub.add_flag("--static-groups", o->static_groups, "gptq with --act-order: groups fixed on the original order");

@@ -2,7 +2,8 @@
 //
 // A grid is `bits` wide (2, 3, 4 or 8; maxq = 2^bits - 1), symmetric or asymmetric, with one
 // (scale, zero) pair per output row (group = 0, "per-channel") or per group of `group`
-// consecutive input columns of a row. Parameters are found from a row's (or group's) values
+// consecutive input columns of a row (with partial_groups, the last group of a row may be shorter
+// when `group` does not divide the row, as in the GPTQ reference). Parameters are found from a row's (or group's) values
 // exactly as the GPTQ reference Quantizer (IST-DASLab/gptq quant.py, weight=True) does:
 //   xmin = min(min(x), 0), xmax = max(max(x), 0)       (the grid always contains 0)
 //   sym:  xmax = max(|xmin|, xmax), xmin = -xmax         (see note below)
@@ -19,6 +20,7 @@
 // is always [-xmax, xmax].
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "lithe/core/status.h"
@@ -29,6 +31,7 @@ struct QuantGrid {
   int bits = 4;          // 2, 3, 4 or 8
   bool sym = false;      // symmetric grid, zero fixed at (maxq + 1) / 2
   int64_t group = 0;     // 0: one (scale, zero) per row; else input columns per group
+  bool partial_groups = false;  // allow a shorter last group when group does not divide n_in
   bool mse = false;      // clipping search (grid search over shrink factors)
   float mse_norm = 2.4f;
   int mse_grid = 100;
@@ -36,8 +39,11 @@ struct QuantGrid {
 
   int maxq() const { return (1 << bits) - 1; }
   // Number of groups per row for a matrix with n_in input columns (1 when group == 0).
-  int64_t n_groups(int64_t n_in) const { return group == 0 ? 1 : n_in / group; }
-  // invalid_argument when bits is not 2/3/4/8, group < 0, or group does not divide n_in.
+  int64_t n_groups(int64_t n_in) const { return group == 0 ? 1 : (n_in + group - 1) / group; }
+  // Columns of the group starting at input column c0 (the last one may be shorter).
+  int64_t group_len(int64_t c0, int64_t n_in) const { return group == 0 ? n_in : std::min(group, n_in - c0); }
+  // invalid_argument when bits is not 2/3/4/8, group < 0, or group does not divide n_in (and
+  // partial_groups is off): the message names the nearest dividing group sizes.
   Status validate(int64_t n_in) const;
 };
 

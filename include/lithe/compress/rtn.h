@@ -8,7 +8,7 @@
 //   g_idx  [n_in]             int32, the group of each input column (i / group without act-order;
 //                             a permutation of groups with GPTQ act-order and dynamic groups)
 // and dequantizes as W[r][c] = scales[r][g] * (codes[r][c] - zeros[r][g]), g = g_idx[c].
-// n_groups = n_in / group, or 1 when group == 0 (per-row grid).
+// n_groups = ceil(n_in / group) (the last group may be shorter), or 1 when group == 0 (per-row grid).
 #pragma once
 
 #include <cstdint>
@@ -30,7 +30,7 @@ struct QuantizedMatrix {
   std::vector<float> zeros;     // [n_out][n_groups]
   std::vector<int32_t> g_idx;   // [n_in]
 
-  int64_t n_groups() const { return group == 0 ? 1 : n_in / group; }
+  int64_t n_groups() const { return group == 0 ? 1 : (n_in + group - 1) / group; }
   GridParams params(int64_t row, int64_t col) const {
     const int64_t i = row * n_groups() + g_idx[static_cast<size_t>(col)];
     return {scales[static_cast<size_t>(i)], zeros[static_cast<size_t>(i)]};

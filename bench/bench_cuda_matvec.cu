@@ -15,6 +15,8 @@
 // - cuBLAS: y = x Wᵀ as one GEMM over the matrices stacked (no epilogue), inputs in the weight
 //   type (x converted), f32 output and compute. "rel diff" = max |matvec - cuBLAS| / max |cuBLAS|
 //   with the store epilogue on copy 0 (x rounded to f16/bf16 for cuBLAS: ~1e-3 is expected).
+// - "+ rmsnorm" rows time the same product with the RMSNorm of x folded in (decode's attn_norm ->
+//   q/k/v and ffn_norm -> gate/up); their sanity check runs without it.
 // Usage: bench_cuda_matvec [--quick]   (--quick: 20 runs per row, f16 only)
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -154,6 +156,7 @@ struct Shape {
   std::vector<int64_t> n_outs;
   int64_t n_in;
   Epilogue e;
+  bool norm = false;  // the timed runs fold an RMSNorm of x in (MatvecNorm); the sanity check does not
 };
 
 size_t type_size(WeightType t) { return t == WeightType::f32 ? 4 : 2; }
@@ -197,6 +200,13 @@ void bench_row(Bench& b, const Shape& sh, WeightType t, int m) {
   else fill(t, xt, x_elems, 99, 1.f);  // the same values, rounded to the weight type
   std::vector<float*> y(n_mats);
   for (int j = 0; j < n_mats; ++j) CK(cudaMalloc(&y[j], static_cast<size_t>(m * sh.n_outs[j]) * 4));
+  float* norm_w = nullptr;
+  lithe::cuda::MatvecNorm norm;
+  if (sh.norm) {
+    CK(cudaMalloc(&norm_w, static_cast<size_t>(sh.n_in) * 4));
+    fill<float>(norm_w, static_cast<size_t>(sh.n_in), 7, 1.f);
+    norm = {norm_w, 1e-5f};
+  }
   CK(cudaDeviceSynchronize());
 
   auto outs_for = [&](int k) {
@@ -214,7 +224,7 @@ void bench_row(Bench& b, const Shape& sh, WeightType t, int m) {
   const Timing mine = time_runs(
       [&](int i) {
         const auto& o = outs[i % copies];
-        CK(lithe::cuda::matvec(o.data(), n_mats, t, sh.n_in, x, m, sh.e, b.s));
+        CK(lithe::cuda::matvec(o.data(), n_mats, t, sh.n_in, x, m, sh.e, b.s, norm));
       },
       b.reps, b.s);
 
@@ -260,6 +270,7 @@ void bench_row(Bench& b, const Shape& sh, WeightType t, int m) {
 
   for (void* p : w) CK(cudaFree(p));
   for (float* p : y) CK(cudaFree(p));
+  if (norm_w != nullptr) CK(cudaFree(norm_w));
   CK(cudaFree(x));
   CK(cudaFree(xt));
   CK(cudaFree(yc));
@@ -302,7 +313,9 @@ int main(int argc, char** argv) {
   const std::vector<Shape> shapes = {
       {"o_proj 4096x4096", {4096}, 4096, Epilogue::accumulate},
       {"qkv 3x4096x4096", {4096, 4096, 4096}, 4096, Epilogue::store},
+      {"qkv + rmsnorm", {4096, 4096, 4096}, 4096, Epilogue::store, true},
       {"gate+up 2x11008x4096", {11008, 11008}, 4096, Epilogue::swiglu},
+      {"gate+up + rmsnorm", {11008, 11008}, 4096, Epilogue::swiglu, true},
       {"down 4096x11008", {4096}, 11008, Epilogue::accumulate},
       {"head 32000x4096", {32000}, 4096, Epilogue::store},
       {"small 576x1536", {576}, 1536, Epilogue::accumulate},

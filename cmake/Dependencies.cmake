@@ -12,3 +12,6 @@ endif()
 if(LITHE_BENCH)
   find_package(benchmark REQUIRED)          # libbenchmark-dev
 endif()
+# libcpp-httplib-dev: the HTTP server of `lithe serve` (a compiled library; its flags via pkg-config)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)

@@ -10,6 +10,7 @@ APT_PACKAGES=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev liblapack-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
+  libcpp-httplib-dev chromium
   python3 python3-venv python3-pip
 )
 

@@ -14,15 +14,62 @@ namespace lithe::compress {
 
 std::vector<double> to_double(std::span<const float> h) { return {h.begin(), h.end()}; }
 
-std::vector<int32_t> act_order_perm(std::span<const double> h, int64_t n) {
-  std::vector<int32_t> perm(static_cast<size_t>(n));
+std::vector<int32_t> act_order_perm_from_diag(std::span<const double> diag) {
+  std::vector<int32_t> perm(diag.size());
   std::iota(perm.begin(), perm.end(), 0);
-  auto diag = [&](int32_t i) {
-    const double d = h[static_cast<size_t>(i * n + i)];
-    return d == 0.0 ? 1.0 : d;
+  auto d = [&](int32_t i) {
+    const double v = diag[static_cast<size_t>(i)];
+    return v == 0.0 ? 1.0 : v;
   };
-  std::stable_sort(perm.begin(), perm.end(), [&](int32_t a, int32_t b) { return diag(a) > diag(b); });
+  std::stable_sort(perm.begin(), perm.end(), [&](int32_t a, int32_t b) { return d(a) > d(b); });
   return perm;
+}
+
+std::vector<int32_t> act_order_perm(std::span<const double> h, int64_t n) {
+  std::vector<double> diag(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) diag[static_cast<size_t>(i)] = h[static_cast<size_t>(i * n + i)];
+  return act_order_perm_from_diag(diag);
+}
+
+Result<HessianDiagonal> inspect_hessian_diagonal(std::span<const double> diag) {
+  HessianDiagonal out;
+  out.dead.assign(diag.size(), 0);
+  double sum = 0;
+  for (size_t i = 0; i < diag.size(); ++i) {
+    const double d = diag[i];
+    if (!std::isfinite(d) || d < 0.0)
+      return error(StatusCode::invalid_argument,
+                   "Hessian diagonal H[{}][{}] = {} is negative or not finite (a Hessian 2XXᵀ has a non-negative "
+                   "diagonal)", i, i, d);
+    if (d == 0.0) {
+      out.dead[i] = 1;
+      ++out.n_dead;
+    }
+    sum += d == 0.0 ? 1.0 : d;
+  }
+  out.mean_diag = diag.empty() ? 0.0 : sum / static_cast<double>(diag.size());
+  return out;
+}
+
+Status check_damp_options(const HessianOptions& opt) {
+  if (!(opt.percdamp >= 0.0) || !(opt.max_percdamp >= opt.percdamp))
+    return error(StatusCode::invalid_argument, "dampening {} must be >= 0 and <= max dampening {}", opt.percdamp,
+                 opt.max_percdamp);
+  return Status::ok();
+}
+
+Result<double> next_percdamp(double failed, int64_t n, double mean_diag, const HessianOptions& opt) {
+  const double next = failed > 0.0 ? failed * 10.0 : 1e-6;
+  if (next > opt.max_percdamp * (1.0 + 1e-9))
+    return error(StatusCode::invalid_argument,
+                 "Hessian [{}x{}] is not positive definite even with dampening {} x mean diagonal {} (requested {}, "
+                 "limit {}); the calibration data is too small or degenerate",
+                 n, n, failed, mean_diag, opt.percdamp, opt.max_percdamp);
+  return std::min(next, opt.max_percdamp);
+}
+
+void warn_damp_raised(int64_t n, const HessianOptions& opt, double used) {
+  log::warn("Hessian [{}x{}] not positive definite at dampening {}; raised to {}", n, n, opt.percdamp, used);
 }
 
 Result<PreparedHessian> prepare_hessian(std::span<const double> h, int64_t n, const HessianOptions& opt,
@@ -31,28 +78,19 @@ Result<PreparedHessian> prepare_hessian(std::span<const double> h, int64_t n, co
     return error(StatusCode::invalid_argument, "Hessian has {} values, [{}][{}] needs {}", h.size(), n, n, n * n);
   if (!perm.empty() && static_cast<int64_t>(perm.size()) != n)
     return error(StatusCode::invalid_argument, "permutation has {} entries, Hessian has {} columns", perm.size(), n);
-  if (!(opt.percdamp >= 0.0) || !(opt.max_percdamp >= opt.percdamp))
-    return error(StatusCode::invalid_argument, "dampening {} must be >= 0 and <= max dampening {}", opt.percdamp,
-                 opt.max_percdamp);
+  LITHE_TRY(check_damp_options(opt));
   PreparedHessian out;
   out.n = n;
-  out.dead.assign(static_cast<size_t>(n), 0);
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double d = h[static_cast<size_t>(i * n + i)];
-    if (!std::isfinite(d) || d < 0.0)
-      return error(StatusCode::invalid_argument,
-                   "Hessian diagonal H[{}][{}] = {} is negative or not finite (a Hessian 2XXᵀ has a non-negative "
-                   "diagonal)", i, i, d);
-    if (d == 0.0) {
-      out.dead[static_cast<size_t>(i)] = 1;
-      ++out.n_dead;
-    }
-    sum += d == 0.0 ? 1.0 : d;
+  {
+    std::vector<double> diag(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) diag[static_cast<size_t>(i)] = h[static_cast<size_t>(i * n + i)];
+    LITHE_ASSIGN(HessianDiagonal hd, inspect_hessian_diagonal(diag));
+    out.dead = std::move(hd.dead);
+    out.n_dead = hd.n_dead;
+    out.mean_diag = hd.mean_diag;
   }
   for (double v : h)
     if (!std::isfinite(v)) return error(StatusCode::invalid_argument, "Hessian has a non-finite entry");
-  out.mean_diag = sum / static_cast<double>(n);
 
   // m = P Hp P + λI with Hp the (act-order) permuted H and P the reversal, lower triangle only.
   auto src = [&](int64_t k) { return perm.empty() ? k : static_cast<int64_t>(perm[static_cast<size_t>(k)]); };
@@ -74,18 +112,10 @@ Result<PreparedHessian> prepare_hessian(std::span<const double> h, int64_t n, co
       out.damp = lambda;
       break;
     }
-    const double next = frac > 0.0 ? frac * 10.0 : 1e-6;
-    if (next > opt.max_percdamp * (1.0 + 1e-9))
-      return error(StatusCode::invalid_argument,
-                   "Hessian [{}x{}] is not positive definite even with dampening {} x mean diagonal {} (requested {}, "
-                   "limit {}); the calibration data is too small or degenerate",
-                   n, n, frac, out.mean_diag, opt.percdamp, opt.max_percdamp);
-    frac = std::min(next, opt.max_percdamp);
+    LITHE_ASSIGN(frac, next_percdamp(frac, n, out.mean_diag, opt));
     ++out.damp_retries;
   }
-  if (out.damp_retries > 0)
-    log::warn("Hessian [{}x{}] not positive definite at dampening {}; raised to {}", n, n, opt.percdamp,
-              out.percdamp_used);
+  if (out.damp_retries > 0) warn_damp_raised(n, opt, out.percdamp_used);
 
   // m's lower triangle = L with P(H+λI)P = L Lᵀ, so H+λI = V Vᵀ with V = P L P upper and
   // (H+λI)^-1 = Uᵀ U with U = V^-1 = P L^-1 P.

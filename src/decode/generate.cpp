@@ -3,24 +3,13 @@
 #include <algorithm>
 #include <chrono>
 
+#include "lithe/decode/text_stream.h"
+
 namespace lithe {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// Length of the longest suffix of `text` that is a proper prefix of some stop string: that much
-// must be held back while streaming.
-size_t stop_holdback(const std::string& text, const std::vector<std::string>& stops) {
-  size_t hold = 0;
-  for (const auto& s : stops)
-    for (size_t k = std::min(s.size() - 1, text.size()); k > hold; --k)
-      if (text.compare(text.size() - k, k, s, 0, k) == 0) {
-        hold = k;
-        break;
-      }
-  return hold;
-}
 
 }  // namespace
 
@@ -62,8 +51,7 @@ Result<GenerateResult> generate(Model& model, KvCache& cache, std::vector<int32_
   res.prompt_tokens = static_cast<int64_t>(prompt.size() - common);
   res.prompt_seconds = seconds_since(t0);
 
-  StreamDecoder stream(model.tokenizer());
-  std::string pending;  // decoded but not yet emitted (possible stop-string prefix)
+  TextStream stream(model.tokenizer(), opts.stop);
   bool stop_string_hit = false;
   const auto t1 = Clock::now();
   res.finish_reason = "length";
@@ -76,25 +64,13 @@ Result<GenerateResult> generate(Model& model, KvCache& cache, std::vector<int32_
       res.finish_reason = "stop";
       break;
     }
-    LITHE_ASSIGN(std::string piece, stream.feed(id));
-    pending += piece;
-    bool stopped = false;
-    for (const auto& s : opts.stop) {
-      const size_t at = pending.find(s);
-      if (at != std::string::npos) {
-        pending.resize(at);
-        stopped = true;
-      }
-    }
-    const size_t hold = stopped ? 0 : stop_holdback(pending, opts.stop);
-    const std::string emit = pending.substr(0, pending.size() - hold);
-    pending.erase(0, emit.size());
-    res.text += emit;
-    if (on_text && !emit.empty() && !on_text(emit)) {
+    LITHE_ASSIGN(TextStream::Piece piece, stream.feed(id));
+    res.text += piece.text;
+    if (on_text && !piece.text.empty() && !on_text(piece.text)) {
       res.finish_reason = "cancelled";
       break;
     }
-    if (stopped) {
+    if (piece.stopped) {
       res.finish_reason = "stop";
       stop_string_hit = true;
       break;
@@ -107,9 +83,9 @@ Result<GenerateResult> generate(Model& model, KvCache& cache, std::vector<int32_
     LITHE_TRY(run(std::span<const int32_t>(&history.back(), 1)));
   }
   if (!stop_string_hit) {  // emit what was held back, and any incomplete UTF-8 tail
-    pending += stream.flush();
-    res.text += pending;
-    if (on_text && !pending.empty()) on_text(pending);
+    const std::string rest = stream.flush();
+    res.text += rest;
+    if (on_text && !rest.empty()) on_text(rest);
   }
   // The last sampled token was never run through the model; keep history equal to the cache.
   history.resize(static_cast<size_t>(cache.size()));

@@ -296,38 +296,46 @@ Status Model::run_block(int64_t l, int64_t kv_layer, int64_t m, std::span<const 
   const auto eps = static_cast<float>(c.rms_eps);
   const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   Backend& be = *backend_;
-  // Hands a site's input rows to the observer (host activations: block_forward checks that).
-  auto observe = [&](LinearSite site, const Tensor& t) {
-    return obs == nullptr || obs->on_input(l, site, t.data_as<float>(), m, t.dim(1));
-  };
+  // Hands a site's input rows (on the backend's device) to the observer.
+  auto observe = [&](LinearSite site, const Tensor& t) { return obs == nullptr || obs->on_input(l, site, t, m); };
   const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
-  LITHE_TRY(be.rmsnorm(x_, m, L.attn_norm, eps, h_));
-  if (!observe(LinearSite::qkv, h_)) return Status::ok();
+  // The norms fold into the projections after them (x_ stays un-normalized); an observer needs
+  // the normed rows, so then they are materialized in h_ first.
   const Tensor* qkv_w[] = {&L.wq, &L.wk, &L.wv};
   Tensor* qkv_y[] = {&q_, &k_, &v_};
-  LITHE_TRY(be.linear_many(qkv_w, h_, m, qkv_y));
+  const InputNorm attn_norm{&L.attn_norm, eps, &h_}, ffn_norm{&L.ffn_norm, eps, &h_};
+  if (obs == nullptr) {
+    LITHE_TRY(be.rmsnorm_linear_many(attn_norm, qkv_w, x_, m, qkv_y));
+  } else {
+    LITHE_TRY(be.rmsnorm(x_, m, L.attn_norm, eps, h_));
+    if (!observe(LinearSite::qkv, h_)) return Status::ok();
+    LITHE_TRY(be.linear_many(qkv_w, h_, m, qkv_y));
+  }
   if (c.qkv_bias) {
     LITHE_TRY(be.add_bias(q_, m, L.bq));
     LITHE_TRY(be.add_bias(k_, m, L.bk));
     LITHE_TRY(be.add_bias(v_, m, L.bv));
   }
-  LITHE_TRY(be.rope(q_, m, c.n_heads, c.head_dim, pos.data(), rope_, c.rope_style));
-  LITHE_TRY(be.rope(k_, m, c.n_kv_heads, c.head_dim, pos.data(), rope_, c.rope_style));
   int64_t r0 = 0;
-  for (size_t i = 0; i < batch.size(); ++i) {
+  for (size_t i = 0; i < batch.size(); ++i) {  // RoPE of q and k, cache store and attention per sequence
     const auto n = static_cast<int64_t>(batch[i].tokens.size());
     LITHE_ASSIGN(Tensor q, q_.slice_rows(r0, r0 + n));
     LITHE_ASSIGN(Tensor k, k_.slice_rows(r0, r0 + n));
     LITHE_ASSIGN(Tensor v, v_.slice_rows(r0, r0 + n));
     LITHE_ASSIGN(Tensor o, attn_.slice_rows(r0, r0 + n));
-    LITHE_TRY(be.attention(*batch[i].cache, kv_layer, q, k, v, n, pos.data() + r0, slots[i].data(), shape, o));
+    LITHE_TRY(be.rope_attention(*batch[i].cache, kv_layer, q, k, v, n, pos.data() + r0, slots[i].data(), rope_,
+                                c.rope_style, shape, o));
     r0 += n;
   }
   if (!observe(LinearSite::o, attn_)) return Status::ok();
   LITHE_TRY(be.linear_residual(L.wo, attn_, m, x_, h_));
-  LITHE_TRY(be.rmsnorm(x_, m, L.ffn_norm, eps, h_));
-  if (!observe(LinearSite::gate_up, h_)) return Status::ok();
-  LITHE_TRY(be.swiglu(L.w_gate, L.w_up, h_, m, gate_, up_));
+  if (obs == nullptr) {
+    LITHE_TRY(be.rmsnorm_swiglu(ffn_norm, L.w_gate, L.w_up, x_, m, gate_, up_));
+  } else {
+    LITHE_TRY(be.rmsnorm(x_, m, L.ffn_norm, eps, h_));
+    if (!observe(LinearSite::gate_up, h_)) return Status::ok();
+    LITHE_TRY(be.swiglu(L.w_gate, L.w_up, h_, m, gate_, up_));
+  }
   if (!observe(LinearSite::down, gate_)) return Status::ok();
   LITHE_TRY(be.linear_residual(L.w_down, gate_, m, x_, h_));
   return Status::ok();
@@ -371,35 +379,32 @@ const char* linear_site_name(LinearSite site) {
   return "?";
 }
 
-Status Model::check_host_f32(const char* what) {
-  if (backend_->device() != Device::cpu)
-    return error(StatusCode::unsupported, "{} needs the CPU backend, the model runs on {}", what,
-                 backend_->name());
+Status Model::check_block_tensor(const Tensor& x, int64_t rows, const char* what) const {
+  const Device d = backend_->device();
+  if (!x.defined() || x.dtype() != DType::f32 || x.device() != d || x.ndim() != 2 || x.dim(0) < rows ||
+      x.dim(1) != config_.d_model || !x.is_contiguous())
+    return error(StatusCode::invalid_argument, "{}: expected an f32 [>= {}, {}] tensor on {}, got {}", what, rows,
+                 config_.d_model, device_name(d), x.describe());
   return Status::ok();
 }
 
 Status Model::embed(std::span<const int32_t> ids, Tensor& x_out) {
-  LITHE_TRY(check_host_f32("Model::embed"));
   const auto n = static_cast<int64_t>(ids.size());
-  if (!x_out.defined() || x_out.dtype() != DType::f32 || x_out.device() != Device::cpu || x_out.ndim() != 2 ||
-      x_out.dim(0) < n || x_out.dim(1) != config_.d_model || !x_out.is_contiguous()) {
-    LITHE_ASSIGN(x_out, Tensor::empty(DType::f32, {std::max<int64_t>(n, 1), config_.d_model}));
+  if (!check_block_tensor(x_out, n, "embed").is_ok()) {
+    LITHE_ASSIGN(x_out, backend_->alloc(DType::f32, {std::max<int64_t>(n, 1), config_.d_model}));
   }
   return backend_->embedding(weights_.tok_embd, ids.data(), n, x_out);
 }
 
 Status Model::block_forward(int64_t layer, Tensor& x, int64_t m, LinearObserver* obs) {
   const ModelConfig& c = config_;
-  LITHE_TRY(check_host_f32("Model::block_forward"));
   if (layer < 0 || layer >= c.n_layers)
     return error(StatusCode::invalid_argument, "block_forward: layer {} out of range [0, {})", layer, c.n_layers);
-  if (m <= 0 || x.dtype() != DType::f32 || x.device() != Device::cpu || x.ndim() != 2 || x.dim(0) < m ||
-      x.dim(1) != c.d_model || !x.is_contiguous())
-    return error(StatusCode::invalid_argument, "block_forward: expected a host f32 [>= {}, {}] tensor, got {}", m,
-                 c.d_model, x.describe());
+  if (m <= 0) return error(StatusCode::invalid_argument, "block_forward: {} rows", m);
+  LITHE_TRY(check_block_tensor(x, m, "block_forward"));
   LITHE_TRY(ensure_workspace(m, 0));
   if (block_cache_.capacity() < m) {
-    LITHE_ASSIGN(block_cache_, KvCache::create(1, m, c.kv_dim(), DType::f32, Device::cpu));
+    LITHE_ASSIGN(block_cache_, KvCache::create(1, m, c.kv_dim(), DType::f32, backend_->device()));
   }
   block_cache_.clear();
   std::vector<int32_t> pos(static_cast<size_t>(m));
@@ -408,15 +413,23 @@ Status Model::block_forward(int64_t layer, Tensor& x, int64_t m, LinearObserver*
   LITHE_ASSIGN(slots[0], block_cache_.append(pos.data(), m));
   // Only the token count and positions of the batch entry are read (ids are not: x is given).
   SequenceInput in{&block_cache_, std::span<const int32_t>(pos), pos, false};
-  const size_t bytes = static_cast<size_t>(m * c.d_model) * sizeof(float);
-  std::memcpy(x_.data(), x.data(), bytes);
-  LITHE_TRY(run_block(layer, 0, m, std::span<const SequenceInput>(&in, 1), pos, slots, obs));
-  std::memcpy(x.data(), x_.data(), bytes);
-  return Status::ok();
+  const std::span<const SequenceInput> batch(&in, 1);
+  if (backend_->device() == Device::cpu) {
+    const size_t bytes = static_cast<size_t>(m * c.d_model) * sizeof(float);
+    std::memcpy(x_.data(), x.data(), bytes);
+    LITHE_TRY(run_block(layer, 0, m, batch, pos, slots, obs));
+    std::memcpy(x.data(), x_.data(), bytes);
+    return Status::ok();
+  }
+  // A device backend runs the block on x itself (no copy to order against its stream): x stands
+  // in for the residual stream workspace for this call.
+  Tensor saved = std::exchange(x_, x);
+  Status st = run_block(layer, 0, m, batch, pos, slots, obs);
+  x_ = std::move(saved);
+  return st;
 }
 
 Result<Tensor*> Model::linear_weight(int64_t layer, LinearKind kind) {
-  LITHE_TRY(check_host_f32("Model::linear_weight"));
   if (layer < 0 || layer >= config_.n_layers)
     return error(StatusCode::invalid_argument, "linear_weight: layer {} out of range [0, {})", layer,
                  config_.n_layers);
@@ -431,9 +444,15 @@ Result<Tensor*> Model::linear_weight(int64_t layer, LinearKind kind) {
     case LinearKind::up: t = &L.w_up; break;
     case LinearKind::down: t = &L.w_down; break;
   }
-  if (t->dtype() != DType::f32 || t->device() != Device::cpu || !t->is_contiguous())
-    return error(StatusCode::unsupported, "blk.{}.{} is {}: compression needs f32 host weights (load the "
-                 "model with dequantize on the CPU backend)", layer, linear_kind_name(kind), t->describe());
+  if (backend_->device() == Device::cpu) {
+    if (t->dtype() != DType::f32 || t->device() != Device::cpu || !t->is_contiguous())
+      return error(StatusCode::unsupported, "blk.{}.{} is {}: compression on the cpu needs f32 host weights (load "
+                   "the model with dequantize)", layer, linear_kind_name(kind), t->describe());
+  } else if (t->device() != backend_->device() || !t->is_contiguous() || t->ndim() != 2 ||
+             (t->dtype() != DType::f32 && t->dtype() != DType::f16 && t->dtype() != DType::bf16)) {
+    return error(StatusCode::unsupported, "blk.{}.{} is {}: compression on {} needs contiguous f32, f16 or bf16 "
+                 "weights on the device", layer, linear_kind_name(kind), t->describe(), backend_->name());
+  }
   return t;
 }
 

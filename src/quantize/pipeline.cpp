@@ -4,13 +4,12 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <cstring>
 #include <memory>
 
 #include <fmt/format.h>
 
+#include "lithe/compress/solver_backend.h"
 #include "lithe/core/progress.h"
-#include "compress/linalg.h"
 
 namespace lithe::compress {
 namespace {
@@ -20,55 +19,58 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 
 constexpr LinearSite kSites[] = {LinearSite::qkv, LinearSite::o, LinearSite::gate_up, LinearSite::down};
 
-// Accumulates the H of some sites (each with its input width) over windows, and stops each
-// block run right after the last of them.
+// Accumulates the H of some sites (each with its input width) over windows on the solver's
+// device, and stops each block run right after the last of them.
 class HessianObserver final : public LinearObserver {
  public:
-  HessianObserver(const std::vector<LinearSite>& sites, const std::vector<int64_t>& widths) {
-    for (size_t i = 0; i < sites.size(); ++i) {
-      Acc& a = acc_[static_cast<size_t>(sites[i])];
-      a.on = true;
-      a.n = widths[i];
-      a.h.assign(static_cast<size_t>(a.n * a.n), 0.0);
-      last_ = std::max(last_, static_cast<int>(sites[i]));
-    }
+  explicit HessianObserver(SolverBackend& solver) : solver_(solver) {}
+
+  Status add_site(LinearSite site, int64_t width) {
+    Acc& a = acc_[static_cast<size_t>(site)];
+    a.on = true;
+    LITHE_ASSIGN(a.h, solver_.new_hessian(width));
+    last_ = std::max(last_, static_cast<int>(site));
+    return Status::ok();
   }
 
-  bool on_input(int64_t layer, LinearSite site, const float* x, int64_t m, int64_t n_in) override {
+  bool on_input(int64_t layer, LinearSite site, const Tensor& x, int64_t m) override {
     (void)layer;
     Acc& a = acc_[static_cast<size_t>(site)];
     const bool more = static_cast<int>(site) < last_;  // sites run in enum order
     if (!a.on) return more;
-    if (n_in != a.n) {
-      ok_ = false;
+    Status st = solver_.synchronize();  // the block's ops so far count as forward time
+    const auto t0 = Clock::now();
+    // The reference's running average over windows: H *= c/(c+1); H += 2/(c+1) XᵀX.
+    if (st.is_ok()) st = solver_.accumulate_hessian(a.h, a.count, x, m);
+    seconds_ += since(t0);
+    if (!st.is_ok()) {
+      status_ = st;
       return false;
     }
-    const auto t0 = Clock::now();
-    g_.resize(a.h.size());
-    detail::gram_f(a.n, m, x, g_.data());  // XᵀX of this window, f32 over its m tokens
-    // The reference's running average over windows: H *= c/(c+1); H += 2/(c+1) XᵀX.
-    const double keep = static_cast<double>(a.count) / static_cast<double>(a.count + 1);
-    const double add = 2.0 / static_cast<double>(a.count + 1);
-    for (size_t i = 0; i < a.h.size(); ++i) a.h[i] = a.h[i] * keep + add * static_cast<double>(g_[i]);
     ++a.count;
-    seconds_ += since(t0);
     return more;  // nothing after the last wanted site is needed
   }
 
-  bool ok() const { return ok_; }
-  const std::vector<double>& h(LinearSite site) const { return acc_[static_cast<size_t>(site)].h; }
+  // After the last window: the first error seen, else every H finished.
+  Status finish() {
+    LITHE_TRY(status_);
+    for (Acc& a : acc_)
+      if (a.on) LITHE_TRY(solver_.finish_hessian(a.h));
+    return Status::ok();
+  }
+  const Tensor& h(LinearSite site) const { return acc_[static_cast<size_t>(site)].h; }
   double seconds() const { return seconds_; }
 
  private:
   struct Acc {
     bool on = false;
-    int64_t n = 0, count = 0;
-    std::vector<double> h;
+    int64_t count = 0;
+    Tensor h;
   };
+  SolverBackend& solver_;
   std::array<Acc, 4> acc_;
   int last_ = -1;
-  std::vector<float> g_;  // one window's XᵀX
-  bool ok_ = true;
+  Status status_ = Status::ok();
   double seconds_ = 0;
 };
 
@@ -86,21 +88,16 @@ bool needs_hessian(const PipelineOptions& opt) {
   return opt.method == CompressMethod::gptq || opt.method == CompressMethod::sparsegpt || opt.measure_error;
 }
 
-double zero_fraction(const std::vector<float>& w) {
-  const auto z = std::count(w.begin(), w.end(), 0.0f);
-  return w.empty() ? 0.0 : static_cast<double>(z) / static_cast<double>(w.size());
-}
-
-// Runs the method on one matrix: fills r (q / mask / loss / bits) and returns the new W.
-Result<std::vector<float>> solve(const PipelineOptions& opt, std::span<const float> w, int64_t n_out, int64_t n_in,
-                                 std::span<const double> h, CompressedLinearResult& r) {
+// Runs the method on one matrix (on the solver's device): fills r (q / mask / loss / bits) and
+// returns the new W (f32) there.
+Result<Tensor> solve(SolverBackend& solver, const PipelineOptions& opt, const Tensor& w, const Tensor& h,
+                     CompressedLinearResult& r) {
+  SolvedLinear s;
   switch (opt.method) {
     case CompressMethod::rtn: {
-      LITHE_ASSIGN(QuantizedMatrix q, rtn(w, n_out, n_in, opt.grid));
-      std::vector<float> w_hat = dequantize(q);
-      r.bits_per_weight = quantized_bits_per_weight(q, false);
-      r.q = std::move(q);
-      return w_hat;
+      LITHE_ASSIGN(s, solver.rtn(w, opt.grid));
+      r.bits_per_weight = quantized_bits_per_weight(*s.q, false);
+      break;
     }
     case CompressMethod::gptq: {
       GptqOptions g;
@@ -109,40 +106,36 @@ Result<std::vector<float>> solve(const PipelineOptions& opt, std::span<const flo
       g.hessian = opt.hessian;
       g.act_order = opt.act_order;
       g.static_groups = opt.static_groups;
-      LITHE_ASSIGN(GptqResult res, gptq(w, n_out, n_in, h, g));
-      r.loss = res.loss;
-      r.bits_per_weight = quantized_bits_per_weight(res.q, opt.act_order && !opt.static_groups);
-      r.q = std::move(res.q);
-      return std::move(res.w_hat);
+      LITHE_ASSIGN(s, solver.gptq(w, h, g));
+      r.bits_per_weight = quantized_bits_per_weight(*s.q, opt.act_order && !opt.static_groups);
+      break;
     }
     case CompressMethod::sparsegpt: {
-      SparseGptOptions s;
-      s.sparsity = opt.sparsity;
-      s.prune_n = opt.prune_n;
-      s.prune_m = opt.prune_m;
-      s.block_size = opt.block_size;
-      s.hessian = opt.hessian;
-      if (opt.sparse_quantize) s.quant = opt.grid;
-      LITHE_ASSIGN(SparseGptResult res, sparsegpt(w, n_out, n_in, h, s));
-      r.loss = res.loss;
-      if (res.q) {
-        r.bits_per_weight = quantized_bits_per_weight(*res.q, false);
-        r.q = std::move(res.q);
-      }
-      r.mask = std::move(res.mask);
-      return std::move(res.w);
+      SparseGptOptions o;
+      o.sparsity = opt.sparsity;
+      o.prune_n = opt.prune_n;
+      o.prune_m = opt.prune_m;
+      o.block_size = opt.block_size;
+      o.hessian = opt.hessian;
+      if (opt.sparse_quantize) o.quant = opt.grid;
+      LITHE_ASSIGN(s, solver.sparsegpt(w, h, o));
+      if (s.q) r.bits_per_weight = quantized_bits_per_weight(*s.q, false);
+      break;
     }
     case CompressMethod::magnitude: {
       MagnitudeOptions mo;
       mo.sparsity = opt.sparsity;
       mo.prune_n = opt.prune_n;
       mo.prune_m = opt.prune_m;
-      LITHE_ASSIGN(PruneResult res, prune_magnitude(w, n_out, n_in, mo));
-      r.mask = std::move(res.mask);
-      return std::move(res.w);
+      LITHE_ASSIGN(s, solver.magnitude(w, mo));
+      break;
     }
   }
-  return error(StatusCode::internal, "unknown compression method");
+  if (!s.w_hat.defined()) return error(StatusCode::internal, "unknown compression method");
+  r.loss = s.loss;
+  r.q = std::move(s.q);
+  r.mask = std::move(s.mask);
+  return std::move(s.w_hat);
 }
 
 }  // namespace
@@ -180,9 +173,10 @@ Result<PipelineReport> compress_model(Model& m, const std::vector<std::vector<in
   const bool need_h = needs_hessian(opt);
   if (need_h && windows.empty())
     return error(StatusCode::invalid_argument, "{} needs calibration windows", compress_method_name(opt.method));
-  for (LinearKind k : kAllLinearKinds) LITHE_TRY(m.linear_weight(0, k).status());  // f32 host weights?
+  for (LinearKind k : kAllLinearKinds) LITHE_TRY(m.linear_weight(0, k).status());  // weights the solvers take?
+  LITHE_ASSIGN(std::unique_ptr<SolverBackend> solver, make_solver_backend(m.backend().device()));
 
-  // X: every window's block input, one contiguous [tokens, d_model] host tensor.
+  // X: every window's block input, one contiguous [tokens, d_model] tensor on the model's device.
   std::vector<int64_t> offset{0};
   int64_t max_len = 0;
   for (const auto& w : windows) {
@@ -195,8 +189,8 @@ Result<PipelineReport> compress_model(Model& m, const std::vector<std::vector<in
   Tensor x, scratch;
   if (need_h) {
     const auto t0 = Clock::now();
-    LITHE_ASSIGN(x, Tensor::empty(DType::f32, {rep.tokens, c.d_model}));
-    LITHE_ASSIGN(scratch, Tensor::empty(DType::f32, {max_len, c.d_model}));
+    LITHE_ASSIGN(x, m.backend().alloc(DType::f32, {rep.tokens, c.d_model}));
+    LITHE_ASSIGN(scratch, m.backend().alloc(DType::f32, {max_len, c.d_model}));
     rep.activation_bytes = static_cast<uint64_t>(x.nbytes());
     for (size_t i = 0; i < windows.size(); ++i) {
       LITHE_ASSIGN(Tensor xi, x.slice_rows(offset[i], offset[i + 1]));
@@ -204,6 +198,7 @@ Result<PipelineReport> compress_model(Model& m, const std::vector<std::vector<in
       LITHE_TRY(m.embed(windows[i], xi));
       if (xi.data() != dst) return error(StatusCode::internal, "compress_model: embed did not write into X");
     }
+    LITHE_TRY(solver->synchronize());
     rep.seconds_forward += since(t0);
   }
   auto window_rows = [&](size_t i) { return x.slice_rows(offset[i], offset[i + 1]); };
@@ -223,23 +218,23 @@ Result<PipelineReport> compress_model(Model& m, const std::vector<std::vector<in
       if (need_h && (opt.true_sequential || site == LinearSite::qkv)) {
         std::vector<LinearSite> sites{site};
         if (!opt.true_sequential) sites.assign(std::begin(kSites), std::end(kSites));
-        std::vector<int64_t> widths;
+        obs = std::make_unique<HessianObserver>(*solver);
+        uint64_t hb = 0;
         for (LinearSite s : sites) {
           LITHE_ASSIGN(Tensor * w0, m.linear_weight(l, kinds_of(s)[0]));
-          widths.push_back(w0->dim(1));
+          LITHE_TRY(obs->add_site(s, w0->dim(1)));
+          hb += static_cast<uint64_t>(obs->h(s).nbytes());
         }
-        obs = std::make_unique<HessianObserver>(sites, widths);
-        uint64_t hb = 0;
-        for (int64_t n : widths) hb += static_cast<uint64_t>(n * n * 8);
         rep.hessian_bytes = std::max(rep.hessian_bytes, hb);
         const auto t0 = Clock::now();
         for (size_t i = 0; i < windows.size(); ++i) {
           const int64_t len = offset[i + 1] - offset[i];
           LITHE_ASSIGN(Tensor xi, window_rows(i));
-          std::memcpy(scratch.data(), xi.data(), static_cast<size_t>(len * c.d_model) * sizeof(float));
+          LITHE_TRY(solver->copy(xi, scratch));
           LITHE_TRY(m.block_forward(l, scratch, len, obs.get()));
         }
-        if (!obs->ok()) return error(StatusCode::internal, "blk.{}: site input width differs from the weight", l);
+        LITHE_TRY(obs->finish());
+        LITHE_TRY(solver->synchronize());
         rep.seconds_hessian += obs->seconds();
         rep.seconds_forward += since(t0) - obs->seconds();
       }
@@ -252,26 +247,20 @@ Result<PipelineReport> compress_model(Model& m, const std::vector<std::vector<in
         r.kind = kind;
         r.n_out = wt->dim(0);
         r.n_in = wt->dim(1);
-        const std::span<const float> w(wt->data_as<float>(), static_cast<size_t>(r.n_out * r.n_in));
-        const std::span<const double> h = obs ? std::span<const double>(obs->h(site)) : std::span<const double>();
+        const Tensor h = obs ? obs->h(site) : Tensor();
         const auto t0 = Clock::now();
-        auto solved = solve(opt, w, r.n_out, r.n_in, h, r);
+        auto solved = solve(*solver, opt, *wt, h, r);
         if (!solved) return error(solved.status().code(), "{}: {}", r.name, solved.status().message());
         r.seconds = since(t0);
-        rep.seconds_solve += r.seconds;
         if (obs) {
-          LITHE_ASSIGN(r.error, reconstruction_error(w, *solved, h, r.n_out, r.n_in));
+          LITHE_ASSIGN(r.error, solver->reconstruction_error(*wt, *solved, h));
           err_sum += r.error;
           ++n_err;
         }
-        r.sparsity = zero_fraction(*solved);
-        if (wt->buffer()->writable()) {  // the dequantized copy the model owns: overwrite it
-          std::memcpy(wt->data(), solved->data(), solved->size() * sizeof(float));
-        } else {  // a read-only view of the file (stored f32): a fresh tensor takes its place
-          LITHE_ASSIGN(Tensor nw, Tensor::empty(DType::f32, {r.n_out, r.n_in}));
-          std::memcpy(nw.data(), solved->data(), solved->size() * sizeof(float));
-          *wt = std::move(nw);
-        }
+        LITHE_ASSIGN(const int64_t n_zero, solver->count_zeros(*solved));
+        r.sparsity = static_cast<double>(n_zero) / static_cast<double>(r.n_out * r.n_in);
+        LITHE_TRY(solver->store_weight(*solved, *wt));
+        rep.seconds_solve += since(t0);  // with the error measurement and the write-back
         const auto nweights = static_cast<double>(r.n_out * r.n_in);
         weights += nweights;
         bits_sum += r.bits_per_weight * nweights;
@@ -287,6 +276,7 @@ Result<PipelineReport> compress_model(Model& m, const std::vector<std::vector<in
         LITHE_ASSIGN(Tensor xi, window_rows(i));
         LITHE_TRY(m.block_forward(l, xi, offset[i + 1] - offset[i], nullptr));
       }
+      LITHE_TRY(solver->synchronize());
       rep.seconds_forward += since(t0);
     }
   }

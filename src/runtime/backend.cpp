@@ -38,6 +38,30 @@ Status Backend::swiglu(const Tensor& w_gate, const Tensor& w_up, const Tensor& x
   return silu_mul(gate, up, m);
 }
 
+Status Backend::rmsnorm_linear_many(const InputNorm& norm, std::span<const Tensor* const> ws, const Tensor& x,
+                                    int64_t m, std::span<Tensor*> ys) {
+  if (norm.weight == nullptr || norm.scratch == nullptr)
+    return error(StatusCode::invalid_argument, "rmsnorm_linear_many: the norm needs a weight and a scratch tensor");
+  LITHE_TRY(rmsnorm(x, m, *norm.weight, norm.eps, *norm.scratch));
+  return linear_many(ws, *norm.scratch, m, ys);
+}
+
+Status Backend::rmsnorm_swiglu(const InputNorm& norm, const Tensor& w_gate, const Tensor& w_up, const Tensor& x,
+                               int64_t m, Tensor& gate, Tensor& up) {
+  if (norm.weight == nullptr || norm.scratch == nullptr)
+    return error(StatusCode::invalid_argument, "rmsnorm_swiglu: the norm needs a weight and a scratch tensor");
+  LITHE_TRY(rmsnorm(x, m, *norm.weight, norm.eps, *norm.scratch));
+  return swiglu(w_gate, w_up, *norm.scratch, m, gate, up);
+}
+
+Status Backend::rope_attention(KvCache& cache, int64_t layer, Tensor& q, Tensor& k, const Tensor& v, int64_t m,
+                               const int32_t* q_pos, const int64_t* slots, const cpu::RopeTable& table,
+                               cpu::RopeStyle style, const AttentionShape& shape, Tensor& out) {
+  LITHE_TRY(rope(q, m, shape.n_heads, shape.head_dim, q_pos, table, style));
+  LITHE_TRY(rope(k, m, shape.n_kv_heads, shape.head_dim, q_pos, table, style));
+  return attention(cache, layer, q, k, v, m, q_pos, slots, shape, out);
+}
+
 Status Backend::top_k(const Tensor& logits, int64_t rows, int k, float* vals, int32_t* ids) {
   const int64_t vocab = logits.dim(1);
   if (k <= 0 || k > vocab)

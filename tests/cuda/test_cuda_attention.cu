@@ -3,7 +3,9 @@
 // Covers head_dim 64/128, GQA groupings (9,3) (32,32) (32,8) (4,1), f16 and f32 caches, odd
 // query / slot counts, capacity > n_kv, a padded row stride, scrambled and gapped positions with a
 // query that sees nothing (expects exact zeros), and CUDA-graph replay of decode after *n_kv grows.
-// Unfilled cache slots and row padding hold NaN, so reading them shows up as a failure.
+// Unfilled cache slots and row padding hold NaN, so reading them shows up as a failure. Decode's
+// scratch is NaN except its merge counters (zeroed once, as the API asks); the counters must be
+// back at zero after every call, replayed or not, whatever the shape that used the scratch before.
 // Tolerances: prefill runs S and P V on f16 tensor cores (q and p rounded to f16), decode is f32.
 // DISABLED_Perf* print timings taken through CUDA graphs (run with --gtest_also_run_disabled_tests).
 #include <cuda_runtime.h>
@@ -15,6 +17,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "lithe/core/half.h"
@@ -63,6 +66,20 @@ template <typename T>
   if (e == cudaSuccess) e = cudaMemset(b.p, 0xff, std::max<size_t>(bytes, 16));
   if (e != cudaSuccess) ADD_FAILURE() << "alloc of " << bytes << " bytes: " << cudaGetErrorString(e);
   return e == cudaSuccess;
+}
+// attention_decode's scratch: NaN (no initialization assumed) but for the merge counters, which
+// must start at zero.
+[[nodiscard]] bool alloc_work(DevBuf& b, size_t bytes) {
+  if (!alloc_nan(b, bytes)) return false;
+  const cudaError_t e = cudaMemset(b.p, 0, cuda::kDecodeCounterBytes);
+  if (e != cudaSuccess) ADD_FAILURE() << "zeroing the counters: " << cudaGetErrorString(e);
+  return e == cudaSuccess;
+}
+// Every merge counter is back at zero (after a completed call).
+void expect_counters_zero(const DevBuf& work, const char* what) {
+  std::vector<uint32_t> c(cuda::kDecodeCounterBytes / 4);
+  ASSERT_EQ(cudaMemcpy(c.data(), work.p, cuda::kDecodeCounterBytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (size_t i = 0; i < c.size(); ++i) ASSERT_EQ(c[i], 0u) << what << ": merge counter " << i << " not reset";
 }
 
 enum class Positions { sequential, scrambled };
@@ -271,12 +288,13 @@ void run_decode(const Case& c) {
   DevInputs d;
   ASSERT_TRUE(to_device(c, in, d));
   DevBuf work;
-  ASSERT_TRUE(alloc_nan(work, cuda::attention_decode_work_bytes(d.p)));  // garbage: no zero-init assumed
+  ASSERT_TRUE(alloc_work(work, cuda::attention_decode_work_bytes(d.p)));
   const Status st = cuda::attention_decode(d.p, work.p, nullptr);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   CUDA_OK(cudaDeviceSynchronize());
   ASSERT_TRUE(download(out, d.out, ref.size()));
   compare(c, in, out, ref, kDecodeRel, kDecodeAbs, kDecodeNmse, "decode");
+  expect_counters_zero(work, "decode");
 }
 
 constexpr std::pair<int64_t, int64_t> kHeads[] = {{9, 3}, {32, 32}, {32, 8}, {4, 1}};
@@ -394,7 +412,7 @@ TEST(CudaAttention, DecodeReplaysFromAGraphAsTheCacheGrows) {
   CUDA_OK(cudaMemcpy(d.q_pos.p, first.q_pos.data(), first.q_pos.size() * 4, cudaMemcpyHostToDevice));
 
   DevBuf work;
-  ASSERT_TRUE(alloc_nan(work, cuda::attention_decode_work_bytes(d.p)));
+  ASSERT_TRUE(alloc_work(work, cuda::attention_decode_work_bytes(d.p)));
   cudaStream_t stream = nullptr;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph = nullptr;
@@ -430,6 +448,80 @@ TEST(CudaAttention, DecodeReplaysFromAGraphAsTheCacheGrows) {
   ASSERT_TRUE(reference(c, full, ref));
   ASSERT_TRUE(download(out, d.out, ref.size()));
   compare(c, full, out, ref, kDecodeRel, kDecodeAbs, kDecodeNmse, "graph2");
+  expect_counters_zero(work, "graph2");
+
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+// The in-kernel merge's counters across launches: one scratch buffer serves a captured decode
+// (32/8 heads, n_q 8: 2 row groups per kv head, many splits) replayed 6 times back to back, then
+// eager calls of other shapes (one split; 9/3 heads, n_q 5), then the graph again. Every result
+// is checked and the counters must be zero after each phase.
+TEST(CudaAttention, DecodeMergeCountersResetAcrossReplaysAndShapes) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  Case a;
+  a.n_heads = 32;
+  a.n_kv_heads = 8;
+  a.head_dim = 128;
+  a.n_q = 8;
+  a.n_kv = 700;
+  a.kv = cuda::KvType::f16;
+  a.seed = 4100;
+  Case b = a;  // capacity 38: a single split
+  b.n_kv = 1;
+  b.extra_capacity = 37;
+  b.n_q = 1;
+  b.seed = 4101;
+  Case c = a;
+  c.n_heads = 9;
+  c.n_kv_heads = 3;
+  c.head_dim = 64;
+  c.n_q = 5;
+  c.n_kv = 129;
+  c.kv = cuda::KvType::f32;
+  c.seed = 4102;
+  const Inputs ia = make_inputs(a), ib = make_inputs(b), ic = make_inputs(c);
+  std::vector<float> ra, rb, rc, out;
+  ASSERT_TRUE(reference(a, ia, ra) && reference(b, ib, rb) && reference(c, ic, rc));
+  DevInputs da, db, dc;
+  ASSERT_TRUE(to_device(a, ia, da) && to_device(b, ib, db) && to_device(c, ic, dc));
+  const size_t bytes = std::max({cuda::attention_decode_work_bytes(da.p), cuda::attention_decode_work_bytes(db.p),
+                                 cuda::attention_decode_work_bytes(dc.p)});
+  DevBuf work;
+  ASSERT_TRUE(alloc_work(work, bytes));
+
+  cudaStream_t stream = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  const Status st = cuda::attention_decode(da.p, work.p, stream);
+  const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  CUDA_OK(end);
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  auto replay = [&](int times, const char* what) {
+    CUDA_OK(cudaMemset(da.out.p, 0xff, ra.size() * 4));
+    for (int i = 0; i < times; ++i) CUDA_OK(cudaGraphLaunch(exec, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    ASSERT_TRUE(download(out, da.out, ra.size()));
+    compare(a, ia, out, ra, kDecodeRel, kDecodeAbs, kDecodeNmse, what);
+    expect_counters_zero(work, what);
+  };
+  replay(6, "replays");
+  for (auto [cs, is, ds, rs] : {std::tuple{&b, &ib, &db, &rb}, std::tuple{&c, &ic, &dc, &rc}}) {
+    for (int i = 0; i < 2; ++i) {
+      const Status s2 = cuda::attention_decode(ds->p, work.p, stream);
+      ASSERT_TRUE(s2.is_ok()) << s2.to_string();
+    }
+    CUDA_OK(cudaStreamSynchronize(stream));
+    ASSERT_TRUE(download(out, ds->out, rs->size()));
+    compare(*cs, *is, out, *rs, kDecodeRel, kDecodeAbs, kDecodeNmse, "other shape");
+    expect_counters_zero(work, "other shape");
+  }
+  replay(2, "replays after");
 
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
@@ -557,7 +649,7 @@ TEST(CudaAttention, DISABLED_PerfDecode) {
           DevBuf work[kCopies];
           for (int i = 0; i < kCopies; ++i) {
             ASSERT_TRUE(to_device(c, in, d[i]));
-            ASSERT_TRUE(alloc_nan(work[i], cuda::attention_decode_work_bytes(d[i].p)));
+            ASSERT_TRUE(alloc_work(work[i], cuda::attention_decode_work_bytes(d[i].p)));
           }
           std::string err;
           const float ms = time_graph_ms(50, err, [&](int i, cudaStream_t s) {

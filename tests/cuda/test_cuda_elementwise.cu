@@ -1,4 +1,5 @@
-// Runs on a GPU machine: the element-wise CUDA kernels (src/kernels/cuda/elementwise.cu) against
+// Runs on a GPU machine: the element-wise CUDA kernels (src/kernels/cuda/elementwise.cu, and the
+// fused rope + KV store of rope_kv.cu against its unfused composition) against
 // scalar references (cpu:: kernels where they exist, plain loops otherwise) on random inputs with
 // fixed seeds and odd sizes, aligned (float4 path) and offset by one element (scalar path).
 // Argument checks run without a device (the launchers fail before touching it).
@@ -352,6 +353,121 @@ TEST_F(CudaElementwise, KvStoreWritesScatteredSlots) {
   }
 }
 
+// Cache contents as floats (f32 or f16 bytes): equal bits, or within rel * |want| + 1e-6.
+void expect_cache_close(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, cuda::KvType kv, float rel,
+                        const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  const size_t es = kv == cuda::KvType::f32 ? 4 : 2;
+  for (size_t i = 0; i < got.size() / es; ++i) {
+    if (std::memcmp(&got[i * es], &want[i * es], es) == 0) continue;
+    float a, b;
+    if (es == 4) {
+      std::memcpy(&a, &got[i * 4], 4);
+      std::memcpy(&b, &want[i * 4], 4);
+    } else {
+      uint16_t ha, hb;
+      std::memcpy(&ha, &got[i * 2], 2);
+      std::memcpy(&hb, &want[i * 2], 2);
+      a = f16_to_f32(ha);
+      b = f16_to_f32(hb);
+    }
+    ASSERT_LE(std::fabs(a - b), rel * std::fabs(b) + 1e-6f)
+        << what << " element " << i << " got " << a << " want " << b;
+  }
+}
+
+// rope_kv_store against its unfused composition on the device (rope of q, rope of k, kv_store of
+// the rotated k and v): q and k rotated in place, the cache rows at scattered slots (the other
+// slots, random bytes, untouched) and the positions; both modes and cache types, GQA, partial and
+// zero rot_dim, a head_dim that is not a power of two, positions up to 100000.
+TEST_F(CudaElementwise, RopeKvStoreEqualsRopeThenKvStore) {
+  std::mt19937 rng(18);
+  struct Shape {
+    int64_t head_dim, rot_dim, n_heads, n_kv_heads;
+  };
+  const int64_t capacity = 23;
+  for (Shape sh : {Shape{64, 64, 9, 3}, Shape{128, 128, 32, 8}, Shape{128, 64, 5, 5}, Shape{80, 32, 4, 2},
+                   Shape{128, 0, 2, 1}}) {
+    std::vector<float> freqs;
+    for (int64_t i = 0; i < sh.rot_dim / 2; ++i)
+      freqs.push_back(static_cast<float>(std::pow(10000.0, -2.0 * static_cast<double>(i) / sh.rot_dim)));
+    Dev<float> freq(freqs);
+    const int64_t kv_dim = sh.n_kv_heads * sh.head_dim;
+    for (cuda::RopeMode mode : {cuda::RopeMode::interleaved, cuda::RopeMode::half})
+      for (cuda::KvType kv : {cuda::KvType::f32, cuda::KvType::f16})
+        for (int64_t m : kRows)
+          for (bool with_pos : {true, false}) {
+            const std::string what = "head_dim " + std::to_string(sh.head_dim) + " rot " + std::to_string(sh.rot_dim) +
+                                     " heads " + std::to_string(sh.n_heads) + "/" + std::to_string(sh.n_kv_heads) +
+                                     " mode " + std::to_string(static_cast<int>(mode)) + " kv " +
+                                     std::to_string(static_cast<int>(kv)) + " m=" + std::to_string(m) + " with_pos " +
+                                     std::to_string(with_pos);
+            const std::vector<float> q = randn(static_cast<size_t>(m * sh.n_heads * sh.head_dim), rng);
+            const std::vector<float> k = randn(static_cast<size_t>(m * kv_dim), rng);
+            const std::vector<float> v = randn(static_cast<size_t>(m * kv_dim), rng);
+            std::vector<int64_t> perm(capacity);
+            std::iota(perm.begin(), perm.end(), 0);
+            std::shuffle(perm.begin(), perm.end(), rng);
+            const std::vector<int64_t> slots(perm.begin(), perm.begin() + m);
+            std::vector<int32_t> pos(static_cast<size_t>(m));
+            for (auto& p : pos) p = static_cast<int32_t>(rng() % 100001);
+            pos[0] = 100000;
+            const size_t cache_bytes = static_cast<size_t>(capacity * kv_dim) * (kv == cuda::KvType::f32 ? 4 : 2);
+            std::vector<uint8_t> kc0(cache_bytes), vc0(cache_bytes);
+            for (auto& b : kc0) b = static_cast<uint8_t>(rng());
+            for (auto& b : vc0) b = static_cast<uint8_t>(rng());
+            const std::vector<int32_t> kv_pos0(capacity, -1);
+            Dev<int64_t> dslots(slots);
+            Dev<int32_t> dpos(pos);
+            Dev<float> dv(v);
+            // Fused.
+            Dev<float> q1(q), k1(k);
+            Dev<uint8_t> kc1(kc0), vc1(vc0);
+            Dev<int32_t> kp1(kv_pos0);
+            cuda::RopeKvArgs a;
+            a.q = q1.get();
+            a.k = k1.get();
+            a.v = dv.get();
+            a.m = m;
+            a.n_heads = sh.n_heads;
+            a.n_kv_heads = sh.n_kv_heads;
+            a.head_dim = sh.head_dim;
+            a.pos = dpos.get();
+            a.inv_freq = freq.get();
+            a.rot_dim = sh.rot_dim;
+            a.mode = mode;
+            a.slots = dslots.get();
+            a.k_cache = kc1.get();
+            a.v_cache = vc1.get();
+            a.kv = kv;
+            a.kv_pos = with_pos ? kp1.get() : nullptr;
+            const Status st = cuda::rope_kv_store(a, stream_);
+            ASSERT_TRUE(st.is_ok()) << st.to_string();
+            // Composition.
+            Dev<float> q2(q), k2(k);
+            Dev<uint8_t> kc2(kc0), vc2(vc0);
+            Dev<int32_t> kp2(kv_pos0);
+            ASSERT_TRUE(cuda::rope(q2.get(), m, sh.n_heads, sh.head_dim, dpos.get(), freq.get(), sh.rot_dim, mode,
+                                   stream_)
+                            .is_ok());
+            ASSERT_TRUE(cuda::rope(k2.get(), m, sh.n_kv_heads, sh.head_dim, dpos.get(), freq.get(), sh.rot_dim, mode,
+                                   stream_)
+                            .is_ok());
+            ASSERT_TRUE(cuda::kv_store(k2.get(), dv.get(), m, kv_dim, dslots.get(), dpos.get(), kc2.get(), vc2.get(),
+                                       kv, with_pos ? kp2.get() : nullptr, stream_)
+                            .is_ok());
+            sync();
+            expect_close(q1.host(), q2.host(), 1e-6f, 1e-6f, "q " + what);
+            expect_close(k1.host(), k2.host(), 1e-6f, 1e-6f, "k " + what);
+            const float rel = kv == cuda::KvType::f32 ? 1e-6f : 2e-3f;  // f16: one rounding step apart at most
+            expect_cache_close(kc1.host(), kc2.host(), kv, rel, "k cache " + what);
+            expect_cache_close(vc1.host(), vc2.host(), kv, 0.0f, "v cache " + what);
+            ASSERT_EQ(kp1.host(), kp2.host()) << what;
+            if (HasFatalFailure()) return;
+          }
+  }
+}
+
 // Argument errors need no device: the launchers reject them before any CUDA call.
 TEST(CudaElementwiseArgs, BadArgumentsAreStatusesNamingTheValue) {
   float* const p = reinterpret_cast<float*>(uintptr_t{256});  // never dereferenced
@@ -378,6 +494,28 @@ TEST(CudaElementwiseArgs, BadArgumentsAreStatusesNamingTheValue) {
   expect_bad(cuda::kv_store(p, p, 1, -10, lp, ip, p, p, cuda::KvType::f16, nullptr, nullptr), "-10");
   expect_bad(cuda::kv_store(p, p, 1, 8, lp, nullptr, p, p, cuda::KvType::f16, const_cast<int32_t*>(ip), nullptr),
              "pos");
+  cuda::RopeKvArgs ra;
+  ra.q = ra.k = p;
+  ra.v = p;
+  ra.m = 1;
+  ra.n_heads = 2;
+  ra.n_kv_heads = 1;
+  ra.head_dim = 63;
+  ra.pos = ip;
+  ra.inv_freq = p;
+  ra.rot_dim = 32;
+  ra.slots = lp;
+  ra.k_cache = ra.v_cache = p;
+  expect_bad(cuda::rope_kv_store(ra, nullptr), "63");  // odd head_dim
+  ra.head_dim = 64;
+  ra.rot_dim = 66;
+  expect_bad(cuda::rope_kv_store(ra, nullptr), "66");
+  ra.rot_dim = 64;
+  ra.n_kv_heads = 0;
+  expect_bad(cuda::rope_kv_store(ra, nullptr), "n_kv_heads");
+  ra.n_kv_heads = 1;
+  ra.slots = nullptr;
+  expect_bad(cuda::rope_kv_store(ra, nullptr), "null");
 }
 
 TEST(CudaElementwiseArgs, EmptyWorkIsANoOp) {
@@ -392,4 +530,10 @@ TEST(CudaElementwiseArgs, EmptyWorkIsANoOp) {
   EXPECT_TRUE(cuda::kv_store(nullptr, nullptr, 0, 64, nullptr, nullptr, nullptr, nullptr, cuda::KvType::f32, nullptr,
                              nullptr)
                   .is_ok());
+  cuda::RopeKvArgs ra;
+  ra.n_heads = 4;
+  ra.n_kv_heads = 2;
+  ra.head_dim = 64;
+  ra.rot_dim = 64;
+  EXPECT_TRUE(cuda::rope_kv_store(ra, nullptr).is_ok());  // m = 0
 }

@@ -3,11 +3,14 @@
 // N(0,1)*0.05 rounded through that type, so the reference multiplies exactly the values the GPU
 // reads. Tolerances scale with sum |w||x| of each output, tight enough to catch a lost or doubled
 // chunk. Output rows >= m, elements past n_out and the unused y_1 of swiglu must stay untouched.
-// Also: argument errors (the message names the value), graph capture, the Llama-2-7B shapes.
+// Also: argument errors (the message names the value), graph capture, the Llama-2-7B shapes, and
+// the folded RMSNorm (MatvecNorm): the reference normalizes x in double (rows of different scale,
+// norm weight ~ N(1, 0.3)) and x itself must come back unchanged.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -82,11 +85,13 @@ struct Case {
   std::vector<int64_t> n_outs;
   Epilogue e;
   cudaStream_t stream = nullptr;
+  bool norm = false;  // fold an RMSNorm of x (eps kNormEps) into the product
 };
+constexpr float kNormEps = 1e-5f;
 
 std::string describe(const Case& c) {
   std::string s = std::string(type_name(c.t)) + " m=" + std::to_string(c.m) + " n_in=" + std::to_string(c.n_in) +
-                  " " + epi_name(c.e) + " n_out={";
+                  " " + epi_name(c.e) + (c.norm ? " norm" : "") + " n_out={";
   for (size_t j = 0; j < c.n_outs.size(); ++j) {
     if (j) s += ',';
     s += std::to_string(c.n_outs[j]);
@@ -106,6 +111,26 @@ void run_case(const Case& c, uint32_t seed) {
   for (int64_t n : c.n_outs) w.push_back(random_matrix(c.t, n, c.n_in, rng));
   std::vector<float> x(static_cast<size_t>(c.m * c.n_in));
   for (float& v : x) v = nd(rng);
+  // With the norm: rows of different scale, the norm weight, and the normalized x (double) that
+  // the reference multiplies.
+  std::vector<float> g, xr = x;
+  if (c.norm) {
+    g.resize(static_cast<size_t>(c.n_in));
+    for (float& v : g) v = 1.0f + 0.3f * nd(rng);
+    for (int64_t i = 0; i < c.m; ++i) {
+      double ss = 0;
+      for (int64_t k = 0; k < c.n_in; ++k) {
+        float& v = x[static_cast<size_t>(i * c.n_in + k)];
+        v *= 0.5f + static_cast<float>(i);
+        ss += static_cast<double>(v) * v;
+      }
+      const double inv = 1.0 / std::sqrt(ss / static_cast<double>(c.n_in) + kNormEps);
+      for (int64_t k = 0; k < c.n_in; ++k) {
+        const size_t idx = static_cast<size_t>(i * c.n_in + k);
+        xr[idx] = static_cast<float>(x[idx] * inv * g[static_cast<size_t>(k)]);
+      }
+    }
+  }
 
   std::vector<std::vector<float>> y0(n_mats);  // initial y (random where accumulated into)
   std::vector<std::unique_ptr<DevBuf>> dw, dy;
@@ -122,17 +147,28 @@ void run_case(const Case& c, uint32_t seed) {
     upload(*dy[j], y0[j].data(), y_len * sizeof(float));
     outs[j] = {dw[j]->p, n, dy[j]->as<float>()};
   }
-  DevBuf dx(x.size() * sizeof(float));
+  DevBuf dx(x.size() * sizeof(float)), dg(std::max<size_t>(g.size(), 1) * sizeof(float));
   upload(dx, x.data(), x.size() * sizeof(float));
+  cuda::MatvecNorm norm;
+  if (c.norm) {
+    upload(dg, g.data(), g.size() * sizeof(float));
+    norm = {dg.as<float>(), kNormEps};
+  }
 
-  const Status st = cuda::matvec(outs.data(), n_mats, c.t, c.n_in, dx.as<float>(), c.m, c.e, c.stream);
+  const Status st = cuda::matvec(outs.data(), n_mats, c.t, c.n_in, dx.as<float>(), c.m, c.e, c.stream, norm);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   ASSERT_EQ(cudaStreamSynchronize(c.stream), cudaSuccess);
+  if (c.norm) {
+    std::vector<float> x_after(x.size());
+    download(x_after.data(), dx, x.size() * sizeof(float));
+    ASSERT_EQ(x_after, x) << "the folded norm changed x";
+  }
 
-  // dot[j][i][r] = x[i] · W_j[r] in double, and sum |w x| for the tolerance.
+  // dot[j][i][r] = x[i] · W_j[r] in double (x normalized with the norm), and sum |w x| for the
+  // tolerance.
   auto dot = [&](int j, int64_t i, int64_t r, double& abs_sum) {
     const float* wr = &w[j].v[static_cast<size_t>(r * c.n_in)];
-    const float* xi = &x[static_cast<size_t>(i * c.n_in)];
+    const float* xi = &xr[static_cast<size_t>(i * c.n_in)];
     double s = 0, a = 0;
     for (int64_t k = 0; k < c.n_in; ++k) {
       const double p = static_cast<double>(wr[k]) * xi[k];
@@ -230,11 +266,49 @@ TEST(CudaMatvec, MatchesReferenceOnLlamaShapes) {
   run_case({WeightType::f32, 5, 4096, {4096}, Epilogue::accumulate}, 80);
 }
 
+// The folded RMSNorm: every weight type, every m (1..8), odd n_in, each epilogue, 1..3 matrices.
+TEST(CudaMatvec, FoldedRmsNormMatchesReference) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  struct Config {
+    std::vector<int64_t> n_outs;
+    Epilogue e;
+  };
+  const std::vector<Config> configs = {
+      {{3, 17, 577}, Epilogue::store},
+      {{65}, Epilogue::accumulate},
+      {{17, 17}, Epilogue::swiglu},
+      {{577, 577}, Epilogue::swiglu},
+  };
+  uint32_t seed = 5000;
+  for (WeightType t : kTypes)
+    for (int64_t m = 1; m <= cuda::kMatvecMaxRows; ++m)
+      for (int64_t n_in : {8, 24, 1032, 4104})
+        for (const Config& cfg : configs) {
+          Case c{t, m, n_in, cfg.n_outs, cfg.e};
+          c.norm = true;
+          run_case(c, seed++);
+          if (HasFatalFailure()) return;
+        }
+}
+
+// The folded norm on the Llama-2-7B shapes it serves: attn_norm -> q/k/v, ffn_norm -> gate/up.
+TEST(CudaMatvec, FoldedRmsNormOnLlamaShapes) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  Case qkv{WeightType::f16, 1, 4096, {4096, 4096, 4096}, Epilogue::store};
+  Case ffn{WeightType::bf16, 1, 4096, {11008, 11008}, Epilogue::swiglu};
+  Case ffn8{WeightType::f16, 8, 4096, {11008, 11008}, Epilogue::swiglu};
+  for (Case* c : {&qkv, &ffn, &ffn8}) c->norm = true;
+  run_case(qkv, 81);
+  run_case(ffn, 82);
+  run_case(ffn8, 83);
+}
+
 TEST(CudaMatvec, RunsOnAStreamAndUnderGraphCapture) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
   run_case({WeightType::f16, 3, 576, {1536, 1536}, Epilogue::swiglu, s}, 90);
+  run_case({WeightType::bf16, 5, 576, {576, 192, 192}, Epilogue::store, s, true}, 92);
 
   // Captured once, replayed twice: accumulate adds the product twice.
   std::mt19937 rng(91);
@@ -299,5 +373,8 @@ TEST(CudaMatvec, ArgumentErrorsNameTheValue) {
   expect_error(cuda::matvec(&empty, 1, WeightType::f16, 64, xp, 1, Epilogue::store, nullptr), "n_out = 0");
   MatvecOut onto_x{w.p, 16, x.as<float>() + 8};
   expect_error(cuda::matvec(&onto_x, 1, WeightType::f16, 64, xp, 1, Epilogue::store, nullptr), "overlaps x");
+  const float* gp = y2.as<float>();
+  expect_error(cuda::matvec(o, 1, WeightType::f16, 64, xp, 1, Epilogue::store, nullptr, {gp + 1, 1e-5f}), "norm.w");
+  expect_error(cuda::matvec(o, 1, WeightType::f16, 64, xp, 1, Epilogue::store, nullptr, {gp, -1.0f}), "norm.eps");
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // nothing was launched
 }

@@ -1,6 +1,9 @@
 // The CUDA backend end to end (runs on a GPU machine; skips without one):
 //  - every Backend op on cuda against the CPU backend on fresh random inputs (odd sizes, both the
-//    matvec and the GEMM paths, prefill and decode attention through a KV cache, top-k);
+//    matvec and the GEMM paths, prefill and decode attention through a KV cache, top-k), and the
+//    fused ops against the CPU's default compositions: rmsnorm_linear_many / rmsnorm_swiglu (norm
+//    folded into the matvec) and rope_attention (one rope + cache-store launch, decode merge in the
+//    split kernel) over prefill, captured and replayed decode steps;
 //  - the default model on cuda vs cpu, both dequantized to f32: logits of 8 prompts (NMSE and max
 //    |diff| printed and bounded) and 64 greedy tokens of 4 prompts through generate() (device
 //    top-k, CUDA-graph decode steps) identical; the f16 path's logits error reported;
@@ -8,10 +11,14 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cuda_runtime.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <tuple>
 
 #include "lithe/core/file_util.h"
 #include "lithe/decode/generate.h"
@@ -196,6 +203,148 @@ TEST(CudaBackend, AttentionThroughCacheMatchesCpu) {
       }
     }
   }
+}
+
+// rmsnorm_linear_many / rmsnorm_swiglu on cuda (norm folded into the matvec for m <= 8 and rows
+// of a multiple of 8; rmsnorm + GEMM otherwise) against the cpu's default composition, every
+// weight dtype; x (the residual stream) must come back unchanged.
+TEST(CudaBackend, FoldedNormProjectionsMatchCpu) {
+  Both b;
+  if (!b.gpu) GTEST_SKIP() << "no CUDA device";
+  uint32_t seed = 200;
+  for (DType dt : {DType::f32, DType::f16, DType::bf16})
+    for (const auto& [n_in, n_q, n_kv, ff] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>{
+             {576, 576, 192, 1536}, {24, 40, 8, 56}, {12, 17, 5, 33}})
+      for (int64_t m : {1, 3, 8, 9, 33}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " n_in " + std::to_string(n_in) + " m " + std::to_string(m));
+        Tensor nw = rand_host(DType::f32, {n_in}, seed++, 0.3f);
+        for (int64_t i = 0; i < n_in; ++i) nw.data_as<float>()[i] += 1.0f;
+        Tensor x = rand_host(DType::f32, {m, n_in}, seed++, 3.0f);
+        Tensor dnw = *b.gpu->prepare_weight(nw), dx = to_gpu(x);
+        auto hc = *b.cpu->alloc(DType::f32, {m, n_in}), hg = *b.gpu->alloc(DType::f32, {m, n_in});
+        const InputNorm nc{&nw, 1e-5f, &hc}, ng{&dnw, 1e-5f, &hg};
+        const bool gemm = m > 8 || n_in % 8 != 0;
+        const double tol = (gemm && dt != DType::f32) ? (dt == DType::bf16 ? 2e-2 : 3e-3) : 2e-5;
+        // q/k/v
+        const int64_t n_outs[] = {n_q, n_kv, n_kv};
+        std::vector<Tensor> wc, wg, yc, yg;
+        for (int j = 0; j < 3; ++j) {
+          wc.push_back(rand_host(dt, {n_outs[j], n_in}, seed++, 0.05f));
+          wg.push_back(*b.gpu->prepare_weight(wc.back()));
+          yc.push_back(*b.cpu->alloc(DType::f32, {m, n_outs[j]}));
+          yg.push_back(*b.gpu->alloc(DType::f32, {m, n_outs[j]}));
+        }
+        const Tensor* wcs[] = {&wc[0], &wc[1], &wc[2]};
+        const Tensor* wgs[] = {&wg[0], &wg[1], &wg[2]};
+        Tensor* ycs[] = {&yc[0], &yc[1], &yc[2]};
+        Tensor* ygs[] = {&yg[0], &yg[1], &yg[2]};
+        ASSERT_TRUE(b.cpu->rmsnorm_linear_many(nc, wcs, x, m, ycs).is_ok());
+        Status st = b.gpu->rmsnorm_linear_many(ng, wgs, dx, m, ygs);
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+        for (int j = 0; j < 3; ++j)
+          EXPECT_LE(rel_err(host_rows(*b.gpu, yg[j], m), host_rows(*b.cpu, yc[j], m)), tol) << "qkv " << j;
+        // gate/up
+        Tensor wgate = rand_host(dt, {ff, n_in}, seed++, 0.05f), wup = rand_host(dt, {ff, n_in}, seed++, 0.05f);
+        Tensor dgate = *b.gpu->prepare_weight(wgate), dup = *b.gpu->prepare_weight(wup);
+        auto gc = *b.cpu->alloc(DType::f32, {m, ff}), uc = *b.cpu->alloc(DType::f32, {m, ff});
+        auto gg = *b.gpu->alloc(DType::f32, {m, ff}), ug = *b.gpu->alloc(DType::f32, {m, ff});
+        ASSERT_TRUE(b.cpu->rmsnorm_swiglu(nc, wgate, wup, x, m, gc, uc).is_ok());
+        st = b.gpu->rmsnorm_swiglu(ng, dgate, dup, dx, m, gg, ug);
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+        EXPECT_LE(rel_err(host_rows(*b.gpu, gg, m), host_rows(*b.cpu, gc, m)), tol) << "swiglu";
+        // x untouched
+        const std::vector<float> x_after = host_rows(*b.gpu, dx, m);
+        EXPECT_TRUE(std::equal(x_after.begin(), x_after.end(), x.data_as<float>())) << "x changed";
+      }
+}
+
+// rope_attention on cuda (one rope + KV-store launch, then decode with its in-kernel merge or
+// prefill) against the cpu's rope, rope, attention: a 37-token prefill, 5 one-token decode steps
+// and a 20-token chunk over 2 layers, both rope styles and cache types. Decode steps are bracketed
+// by begin_step/end_step under one key: the second is captured, the later ones are graph replays
+// (device tensors per layer kept across steps, as the model's workspace is). Checks the outputs,
+// q and k rotated in place, and at the end the caches' rows and positions.
+TEST(CudaBackend, RopeAttentionMatchesCpuThroughStepReplays) {
+  Both b;
+  if (!b.gpu) GTEST_SKIP() << "no CUDA device";
+  const AttentionShape sh{9, 3, 64, 0.125f};
+  const int64_t kv_dim = 192, q_dim = 576, layers = 2;
+  cpu::RopeTable rt;
+  rt.rot_dim = 64;
+  for (int i = 0; i < 32; ++i) rt.inv_freq.push_back(static_cast<float>(std::pow(10000.0, -i / 32.0)));
+  uint32_t seed = 300;
+  for (auto style : {cpu::RopeStyle::interleaved, cpu::RopeStyle::half})
+    for (DType kvt : {DType::f32, DType::f16}) {
+      auto cc = KvCache::create(layers, 300, kv_dim, kvt, Device::cpu);
+      auto cg = KvCache::create(layers, 300, kv_dim, kvt, Device::cuda);
+      ASSERT_TRUE(cc.is_ok() && cg.is_ok());
+      std::vector<Tensor> qd, kd, vd, od;  // decode-step tensors per layer
+      for (int64_t l = 0; l < layers; ++l) {
+        qd.push_back(*b.gpu->alloc(DType::f32, {1, q_dim}));
+        kd.push_back(*b.gpu->alloc(DType::f32, {1, kv_dim}));
+        vd.push_back(*b.gpu->alloc(DType::f32, {1, kv_dim}));
+        od.push_back(*b.gpu->alloc(DType::f32, {1, q_dim}));
+      }
+      auto upload_into = [](Tensor& d, const Tensor& h) {
+        ASSERT_EQ(cudaMemcpy(d.data(), h.data(), h.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+      };
+      for (int64_t m : {37, 1, 1, 1, 1, 1, 20}) {
+        SCOPED_TRACE(std::string(style == cpu::RopeStyle::half ? "half " : "interleaved ") +
+                     std::string(dtype_name(kvt)) + " m=" + std::to_string(m) + " at " + std::to_string(cc->size()));
+        std::vector<int32_t> pos(static_cast<size_t>(m));
+        for (int64_t i = 0; i < m; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(cc->size() + i);
+        auto sc = cc->append(pos.data(), m);
+        auto sg = cg->append(pos.data(), m);
+        ASSERT_TRUE(sc.is_ok() && sg.is_ok());
+        const bool step = m == 1;
+        std::vector<Tensor> q(layers), k(layers), v(layers), qg(layers), kg(layers), vg(layers), og(layers), oc(layers);
+        for (int64_t l = 0; l < layers; ++l) {
+          q[l] = rand_host(DType::f32, {m, q_dim}, seed++);
+          k[l] = rand_host(DType::f32, {m, kv_dim}, seed++);
+          v[l] = rand_host(DType::f32, {m, kv_dim}, seed++);
+          if (step) {
+            upload_into(qd[l], q[l]);
+            upload_into(kd[l], k[l]);
+            upload_into(vd[l], v[l]);
+            qg[l] = qd[l], kg[l] = kd[l], vg[l] = vd[l], og[l] = od[l];
+          } else {
+            qg[l] = to_gpu(q[l]), kg[l] = to_gpu(k[l]), vg[l] = to_gpu(v[l]);
+            og[l] = *b.gpu->alloc(DType::f32, {m, q_dim});
+          }
+          oc[l] = *b.cpu->alloc(DType::f32, {m, q_dim});
+        }
+        if (step) ASSERT_TRUE(b.gpu->begin_step(cg->id()).is_ok());
+        for (int64_t l = 0; l < layers; ++l) {
+          Status s =
+              b.gpu->rope_attention(*cg, l, qg[l], kg[l], vg[l], m, pos.data(), sg->data(), rt, style, sh, og[l]);
+          if (!s.is_ok() && step) (void)b.gpu->end_step(false);
+          ASSERT_TRUE(s.is_ok()) << s.to_string();
+        }
+        if (step) ASSERT_TRUE(b.gpu->end_step(true).is_ok());
+        for (int64_t l = 0; l < layers; ++l) {
+          ASSERT_TRUE(
+              b.cpu->rope_attention(*cc, l, q[l], k[l], v[l], m, pos.data(), sc->data(), rt, style, sh, oc[l]).is_ok());
+          const double tol = m > 8 ? 2e-2 : 1e-4;  // prefill multiplies in f16 on tensor cores
+          EXPECT_LE(rel_err(host_rows(*b.gpu, og[l], m), host_rows(*b.cpu, oc[l], m)), tol) << "out, layer " << l;
+          EXPECT_LE(rel_err(host_rows(*b.gpu, qg[l], m), host_rows(*b.cpu, q[l], m)), 1e-5) << "q, layer " << l;
+          EXPECT_LE(rel_err(host_rows(*b.gpu, kg[l], m), host_rows(*b.cpu, k[l], m)), 1e-5) << "k, layer " << l;
+        }
+      }
+      const int64_t n = cc->size();
+      for (int64_t l = 0; l < layers; ++l)
+        for (bool is_k : {true, false}) {
+          auto gh = (is_k ? cg->k(l) : cg->v(l)).to(Device::cpu);
+          ASSERT_TRUE(gh.is_ok());
+          auto gf = convert(*gh, DType::f32), cf = convert(is_k ? cc->k(l) : cc->v(l), DType::f32);
+          ASSERT_TRUE(gf.is_ok() && cf.is_ok());
+          const std::vector<float> a(gf->data_as<float>(), gf->data_as<float>() + n * kv_dim);
+          const std::vector<float> c(cf->data_as<float>(), cf->data_as<float>() + n * kv_dim);
+          EXPECT_LE(rel_err(a, c), kvt == DType::f16 ? 2e-3 : 1e-5) << (is_k ? "k" : "v") << " cache, layer " << l;
+        }
+      auto pg = cg->device_positions().to(Device::cpu);
+      ASSERT_TRUE(pg.is_ok());
+      EXPECT_TRUE(std::equal(cc->positions(), cc->positions() + n, pg->data_as<int32_t>())) << "cache positions";
+    }
 }
 
 TEST(CudaBackend, TopKMatchesCpu) {

@@ -115,6 +115,20 @@ TEST(CalibrationWindows, DeterministicPerSeed) {
   for (const auto& w : *whole) EXPECT_EQ(w, toks);
 }
 
+TEST(CalibrationWindows, RandomTokenIdsForSyntheticModels) {
+  auto a = random_token_windows(100, 3, 17, 5), b = random_token_windows(100, 3, 17, 5);
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  EXPECT_EQ(*a, *b);
+  ASSERT_EQ(a->size(), 3u);
+  for (const auto& w : *a) {
+    ASSERT_EQ(w.size(), 17u);
+    for (int32_t t : w) EXPECT_TRUE(t >= 0 && t < 100);
+  }
+  EXPECT_NE(*a, *random_token_windows(100, 3, 17, 6));
+  EXPECT_FALSE(random_token_windows(0, 3, 17, 5).is_ok());
+  EXPECT_FALSE(random_token_windows(100, 0, 17, 5).is_ok());
+}
+
 TEST(CalibrationWindows, FromTextAndTooShort) {
   auto m = load_tiny();
   ASSERT_TRUE(m);
@@ -166,9 +180,11 @@ class Recorder final : public LinearObserver {
  public:
   std::vector<Seen> seen;
   LinearSite stop_at = LinearSite::down;
-  bool on_input(int64_t layer, LinearSite site, const float* x, int64_t m, int64_t n_in) override {
-    EXPECT_NE(x, nullptr);
-    seen.push_back({layer, site, m, n_in});
+  bool on_input(int64_t layer, LinearSite site, const Tensor& x, int64_t m) override {
+    EXPECT_NE(x.data(), nullptr);
+    EXPECT_EQ(x.device(), Device::cpu);
+    EXPECT_GE(x.dim(0), m);
+    seen.push_back({layer, site, m, x.dim(1)});
     return site != stop_at;
   }
 };

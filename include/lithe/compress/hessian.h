@@ -47,6 +47,25 @@ Result<PreparedHessian> prepare_hessian(std::span<const double> h, int64_t n, co
 
 // Act-order permutation: columns by descending diag(H) (dead inputs count as 1), ties by index.
 std::vector<int32_t> act_order_perm(std::span<const double> h, int64_t n);
+// The same from the diagonal alone.
+std::vector<int32_t> act_order_perm_from_diag(std::span<const double> diag);
+
+// Pieces of prepare_hessian shared with the GPU preparation (compress/cuda), so both follow one
+// policy. Step 1 from the diagonal: dead inputs and the mean diagonal after the fix;
+// invalid_argument on a negative or non-finite entry.
+struct HessianDiagonal {
+  std::vector<uint8_t> dead;  // [n] 1 where diag(H) == 0
+  int64_t n_dead = 0;
+  double mean_diag = 0;
+};
+Result<HessianDiagonal> inspect_hessian_diagonal(std::span<const double> diag);
+// invalid_argument unless 0 <= percdamp <= max_percdamp.
+Status check_damp_options(const HessianOptions& opt);
+// The dampening to try after the Cholesky failed at `failed` (x10, from 1e-6 when 0), or
+// invalid_argument naming the matrix when that would exceed max_percdamp.
+Result<double> next_percdamp(double failed, int64_t n, double mean_diag, const HessianOptions& opt);
+// Logs the warning prepare_hessian gives when the dampening had to be raised.
+void warn_damp_raised(int64_t n, const HessianOptions& opt, double used);
 
 // err(W, Ŵ, H) = tr((W-Ŵ) H (W-Ŵ)ᵀ) / tr(W H Wᵀ); with H = 2XXᵀ this is ‖WX − ŴX‖² / ‖WX‖².
 // W and Ŵ are [n_out][n_in]; H is used as given (no dead-input fix, no dampening).

@@ -50,6 +50,30 @@ Status to_bf16(const float* x, int64_t n, void* out, Stream s);
 Status kv_store(const float* k, const float* v, int64_t m, int64_t kv_dim, const int64_t* slots, const int32_t* pos,
                 void* k_cache, void* v_cache, KvType kv, int32_t* kv_pos, Stream s);
 
+// ---- attention prologue (rope_kv.cu) --------------------------------------------------------------
+// rope() of q and of k, then kv_store() of the rotated k and of v, in one launch: q [m][n_heads]
+// [head_dim] and k [m][n_kv_heads][head_dim] are rotated in place at positions pos[m] (device; as
+// rope(): angles in double, pairs per `mode`, dims past rot_dim untouched); rows of k (rotated) and
+// v [m][n_kv_heads * head_dim] go to cache slots slots[m] (device) of k_cache / v_cache ([capacity]
+// [n_kv_heads * head_dim] in kv), and pos[i] to kv_pos[slots[i]] when kv_pos is not null.
+// head_dim must be even.
+struct RopeKvArgs {
+  float* q = nullptr;
+  float* k = nullptr;
+  const float* v = nullptr;
+  int64_t m = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  const int32_t* pos = nullptr;
+  const float* inv_freq = nullptr;  // rot_dim / 2 device floats
+  int64_t rot_dim = 0;
+  RopeMode mode = RopeMode::half;
+  const int64_t* slots = nullptr;
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  KvType kv = KvType::f16;
+  int32_t* kv_pos = nullptr;
+};
+Status rope_kv_store(const RopeKvArgs& a, Stream s);
+
 // ---- matrix-vector products for decode (matvec.cu) ------------------------------------------------
 // Up to 3 weight matrices sharing one input x [m][n_in], m <= kMatvecMaxRows, computed in one
 // launch: y_j[r, :] = x[r, :] · W_jᵀ. Epilogue:
@@ -57,6 +81,8 @@ Status kv_store(const float* k, const float* v, int64_t m, int64_t kv_dim, const
 //   accumulate: y_j += result            (residual connections fused into the product)
 //   swiglu:     exactly 2 matrices (gate, up) of equal n_out; y_0 = silu(gate) * up, y_1 unused.
 // n_in must be a multiple of 8 (16-byte rows of f16); weights 16-byte aligned.
+// With `norm` (w not null) the product's input is rmsnorm(x) (as rmsnorm() above, x unchanged):
+// the kernel computes each x row's 1/rms itself and scales x by norm.w as it reads it.
 inline constexpr int kMatvecMaxRows = 8;
 enum class Epilogue { store, accumulate, swiglu };
 struct MatvecOut {
@@ -64,8 +90,12 @@ struct MatvecOut {
   int64_t n_out = 0;
   float* y = nullptr;
 };
+struct MatvecNorm {
+  const float* w = nullptr;  // [n_in] f32 device, 16-byte aligned; null: no norm
+  float eps = 0;
+};
 Status matvec(const MatvecOut* outs, int n_outs, WeightType t, int64_t n_in, const float* x, int64_t m,
-              Epilogue e, Stream s);
+              Epilogue e, Stream s, const MatvecNorm& norm = {});
 
 // ---- attention (attention_prefill.cu, attention_decode.cu) ----------------------------------------
 // One sequence's causal attention with grouped KV heads (semantics of cpu::attention):
@@ -91,10 +121,15 @@ struct AttentionParams {
 // Tiled flash attention on tensor cores (f16 MMA, f32 softmax and accumulation); for n_q > 8.
 // n_kv_host: the host's value of *n_kv (sizes the loop bounds; prefill is never graph-captured).
 Status attention_prefill(const AttentionParams& p, int64_t n_kv_host, Stream s);
-// Split-K flash decoding for n_q <= kDecodeMaxQueries: the filled slots are cut into chunks
-// processed by separate blocks, whose partial (max, sum, acc) are merged by a second kernel.
-// `work` is scratch of attention_decode_work_bytes(p) bytes. Safe to graph-capture (reads *n_kv).
+// Split-K flash decoding for n_q <= kDecodeMaxQueries, one launch: the filled slots are cut into
+// chunks processed by separate blocks; the last block of each (kv head, row group) to finish
+// (counted in `work`) merges the partials (max, sum, acc) and writes out.
+// `work` is scratch of attention_decode_work_bytes(p) bytes whose first kDecodeCounterBytes must
+// be zero before its first use (cudaMemset once after allocating); every call leaves them zero
+// again, so graph replays and later calls of any shape on the same scratch need no reset. The
+// rest of `work` needs no initialization. Safe to graph-capture (reads *n_kv).
 inline constexpr int64_t kDecodeMaxQueries = 8;
+inline constexpr size_t kDecodeCounterBytes = 16384;  // n_kv_heads * row groups <= 4096 counters
 size_t attention_decode_work_bytes(const AttentionParams& p);
 Status attention_decode(const AttentionParams& p, void* work, Stream s);
 

@@ -57,13 +57,16 @@ LinearSite site_of(LinearKind kind);
 const char* linear_kind_name(LinearKind kind);
 const char* linear_site_name(LinearSite site);
 
-// Sees the input rows of each linear site while a block runs (calibration; host backends only).
+// Sees the input rows of each linear site while a block runs (calibration).
 class LinearObserver {
  public:
   virtual ~LinearObserver() = default;
-  // x: m rows of n_in f32 features, valid only during the call. Return false to stop the block
-  // right there (the rest of the block is skipped and its output is undefined).
-  virtual bool on_input(int64_t layer, LinearSite site, const float* x, int64_t m, int64_t n_in) = 0;
+  // x: the site's input, f32 [>= m, n_in] contiguous on the model's backend device (host memory
+  // on the cpu backend, device memory on cuda, where the ops that wrote it may still be running:
+  // a device reader orders itself after them, e.g. by synchronizing the device); its first m
+  // rows are valid only during the call. Return false to stop the block right there (the rest of
+  // the block is skipped and its output is undefined).
+  virtual bool on_input(int64_t layer, LinearSite site, const Tensor& x, int64_t m) = 0;
 };
 
 class Model {
@@ -102,17 +105,21 @@ class Model {
                                                   uint64_t seed = 1);
   bool has_tokenizer() const { return tokenizer_ != nullptr; }
 
-  // ---- block-wise execution for calibration (CPU backend only; model/compress pipelines) ----
-  // x_out = the embeddings of ids: [ids.size(), d_model] f32 on the host (allocated if needed).
+  // ---- block-wise execution for calibration (model/compress pipelines) ----
+  // Activations live on the backend's device (host f32 on the cpu backend, device f32 on cuda).
+  // x_out = the embeddings of ids: [ids.size(), d_model] f32 on the backend's device (allocated
+  // if x_out is not such a tensor with enough rows).
   Status embed(std::span<const int32_t> ids, Tensor& x_out);
-  // Runs block `layer` in place over x ([>= m, d_model] f32 host): one sequence of m tokens at
-  // positions 0..m-1, causal, with a private scratch KV cache. obs (may be null) sees each
-  // site's inputs in block order (qkv, o, gate_up, down) before those linears run.
+  // Runs block `layer` in place over x ([>= m, d_model] f32, contiguous, on the backend's device):
+  // one sequence of m tokens at positions 0..m-1, causal, with a private scratch KV cache. obs
+  // (may be null) sees each site's inputs in block order (qkv, o, gate_up, down) before those
+  // linears run. On a device backend the ops are queued on the backend's stream and may still be
+  // running on return.
   Status block_forward(int64_t layer, Tensor& x, int64_t m, LinearObserver* obs = nullptr);
-  // The weight tensor of one linear, to be replaced by a compressed one: overwrite its data when
-  // its buffer is writable (a dequantized copy), else assign a new [n_out, n_in] f32 host tensor
-  // (a read-only view of the file). Only for f32 host weights: a model loaded with dequantize on
-  // the CPU backend; unsupported otherwise.
+  // The weight tensor of one linear, to be replaced by a compressed one. cpu backend: f32 host
+  // weights only (a model loaded with dequantize): overwrite its data when its buffer is writable
+  // (a dequantized copy), else assign a new [n_out, n_in] f32 host tensor (a read-only view of
+  // the file). cuda backend: the device weight (f32, f16 or bf16), overwritten in place.
   Result<Tensor*> linear_weight(int64_t layer, LinearKind kind);
 
  private:
@@ -127,7 +134,8 @@ class Model {
   Status run_block(int64_t layer, int64_t kv_layer, int64_t m, std::span<const SequenceInput> batch,
                    const std::vector<int32_t>& pos, const std::vector<std::vector<int64_t>>& slots,
                    LinearObserver* obs);
-  Status check_host_f32(const char* what);
+  // OK when x is an f32 contiguous [>= rows, d_model] tensor on the backend's device.
+  Status check_block_tensor(const Tensor& x, int64_t rows, const char* what) const;
   Status ensure_workspace(int64_t m, int64_t out_rows);
 
   std::string path_;

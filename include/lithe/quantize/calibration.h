@@ -32,4 +32,9 @@ Result<std::vector<std::vector<int32_t>>> calibration_windows(const Tokenizer& t
 Result<std::vector<std::vector<int32_t>>> calibration_windows(std::span<const int32_t> tokens, int64_t nsamples,
                                                                int64_t seqlen, uint64_t seed);
 
+// nsamples windows of seqlen uniform random token ids in [0, vocab) (std::mt19937_64 seeded with
+// `seed`): calibration for synthetic models, which have no tokenizer (timing only).
+Result<std::vector<std::vector<int32_t>>> random_token_windows(int64_t vocab, int64_t nsamples, int64_t seqlen,
+                                                                uint64_t seed);
+
 }  // namespace lithe::compress

@@ -1,19 +1,23 @@
 // The sequential layer-by-layer compression pipeline (GPTQ Sec. 3.2.4 "Setup", with "true
 // sequential" order inside a block).
 //
-// The model must be loaded with dequantize on the CPU backend (f32 host weights). For each block
+// The model runs where it was loaded, and the solvers run there too (compress/solver_backend.h):
+// cpu backend: f32 host weights (load with dequantize), H in f64; cuda backend: f32 / f16 / bf16
+// device weights, activations and H (f32) on the GPU, GPTQ / SparseGPT on the GPU. For each block
 // l, in order, and inside it for each site in order (qkv, o, gate_up, down):
 //   1. every calibration window's block input X_l runs through block l (whose earlier sites are
 //      already compressed) up to the site; the site's input rows accumulate
-//      H = 2/N Σ_windows XᵀX (N windows; in double, with the reference's running-average
-//      scaling H *= n/(n+1); H += 2/(n+1) XᵀX after each window), shared by the site's linears;
+//      H = 2/N Σ_windows XᵀX (N windows, with the reference's running-average scaling
+//      H *= n/(n+1); H += 2/(n+1) XᵀX after each window), shared by the site's linears;
 //   2. each linear of the site is compressed (RTN, GPTQ, SparseGPT or magnitude pruning) and its
-//      weight in the model replaced by the dequantized / pruned W, so later sites and blocks see
-//      compressed inputs; its reconstruction error tr(ΔW H ΔWᵀ)/tr(W H Wᵀ) is recorded.
+//      weight in the model replaced by the dequantized / pruned W (in the weight's dtype), so
+//      later sites and blocks see compressed inputs; its reconstruction error
+//      tr(ΔW H ΔWᵀ)/tr(W H Wᵀ) is recorded.
 // Then all windows run through the now-compressed block (in place) to give X_{l+1}.
-// Memory: X (windows x seqlen x d_model f32, on the host) + one window's block workspace + one
-// H per site (n_in² doubles; all four at once without true_sequential). RTN and magnitude pruning need no H: without measure_error they
-// skip every forward pass. Embeddings, norms and the output head are left as they are.
+// Memory: X (windows x seqlen x d_model f32, on the model's device) + one window's block
+// workspace + one H per site (n_in² f64 on the cpu, f32 on cuda; all four at once without
+// true_sequential). RTN and magnitude pruning need no H: without measure_error they skip every
+// forward pass. Embeddings, norms and the output head are left as they are.
 #pragma once
 
 #include <cstdint>
@@ -79,8 +83,9 @@ struct CompressedLinearResult {
 struct PipelineReport {
   int64_t n_layers = 0, n_linears = 0;
   int64_t windows = 0, tokens = 0;    // calibration windows and their total tokens
-  uint64_t activation_bytes = 0;     // X held on the host
-  uint64_t hessian_bytes = 0;        // largest H (double)
+  uint64_t activation_bytes = 0;     // X held on the model's device
+  uint64_t hessian_bytes = 0;        // the H of one pass (largest)
+  // seconds_solve: the solvers plus each linear's error measurement and weight write-back.
   double seconds = 0, seconds_forward = 0, seconds_hessian = 0, seconds_solve = 0;
   double avg_bits_per_weight = 0;    // weighted by weights, over the compressed linears
   double sparsity = 0;               // zeros / weights over the compressed linears

@@ -22,6 +22,16 @@ struct AttentionShape {
   float scale = 0;  // usually 1/sqrt(head_dim)
 };
 
+// An RMSNorm folded into the projections that read its output (rmsnorm_linear_many,
+// rmsnorm_swiglu): their input is rmsnorm(x) = x / sqrt(mean(x²) + eps) * weight, x unchanged.
+// `scratch` ([>= m, n_in] f32 on the backend) receives rmsnorm(x) where a backend materializes it
+// (the default composition, large m); afterwards its contents are unspecified.
+struct InputNorm {
+  const Tensor* weight = nullptr;  // [n_in] f32
+  float eps = 0;
+  Tensor* scratch = nullptr;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -63,6 +73,17 @@ class Backend {
   // gate = silu(x · w_gateᵀ) * (x · w_upᵀ); `up` is scratch of the same shape.
   virtual Status swiglu(const Tensor& w_gate, const Tensor& w_up, const Tensor& x, int64_t m, Tensor& gate,
                         Tensor& up);
+  // linear_many / swiglu of rmsnorm(x) (InputNorm): default rmsnorm into norm.scratch, then the op.
+  virtual Status rmsnorm_linear_many(const InputNorm& norm, std::span<const Tensor* const> ws, const Tensor& x,
+                                     int64_t m, std::span<Tensor*> ys);
+  virtual Status rmsnorm_swiglu(const InputNorm& norm, const Tensor& w_gate, const Tensor& w_up, const Tensor& x,
+                                int64_t m, Tensor& gate, Tensor& up);
+  // attention() of q and k after their rotary embedding: q [m, n_heads*head_dim] and k [m, kv_dim]
+  // are rotated in place at positions q_pos (as rope()), then k (rotated) and v are stored and
+  // attended to as attention() does. Default: rope(q), rope(k), attention().
+  virtual Status rope_attention(KvCache& cache, int64_t layer, Tensor& q, Tensor& k, const Tensor& v, int64_t m,
+                                const int32_t* q_pos, const int64_t* slots, const cpu::RopeTable& table,
+                                cpu::RopeStyle style, const AttentionShape& shape, Tensor& out);
   // The k largest logits of each of `rows` rows with their ids (value descending, ties by smaller
   // id), into host arrays [rows][k]. Lets a device reduce the vocabulary before anything is copied.
   virtual Status top_k(const Tensor& logits, int64_t rows, int k, float* vals, int32_t* ids);

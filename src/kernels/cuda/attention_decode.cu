@@ -1,6 +1,6 @@
 // attention_decode: split-K flash decoding for n_q <= kDecodeMaxQueries, f32 math throughout.
 //
-// Kernel 1 (decode_split_kernel), grid (n_kv_heads, n_splits, row_groups), 128 threads = 4 warps.
+// The kernel (decode_split_kernel), grid (n_kv_heads, n_splits, row_groups), 128 threads = 4 warps.
 //   A block owns one kv head g, up to kRB = 4 "rows" (row = (query t, head h of g's group); every
 //   K/V row read serves all of them) and one chunk of slots. The grid depends on host values only
 //   (n_splits from kv_capacity and the SM count); the chunk length is derived in the kernel from
@@ -17,12 +17,15 @@
 //   warp, then the 4 warps (through shared memory) are merged into the block's partial.
 //   More than kRB rows per kv head (GQA group x n_q) are cut into row groups (blockIdx.z) that
 //   read the same K/V (from L2, mostly): the rows' q and acc live in registers.
-//   Partials go to `work`: acc [n_q*n_heads][n_splits][D] f32, then (m, l) [n_q*n_heads][n_splits]
-//   float2.
-// Kernel 2 (decode_merge_kernel): a warp per (query, head) merges its splits and writes out
-//   (zeros where no split saw a slot).
+//   Partials go to `work`: after the counters (kDecodeCounterBytes), acc [n_q*n_heads][n_splits]
+//   [D] f32, then (m, l) [n_q*n_heads][n_splits] float2.
+// Merge, in the same kernel: every block, done with its partial (an empty one included), counts
+//   itself in its (row group, kv head)'s counter; the block that brings it to n_splits (the last
+//   to finish) resets it to 0 and merges the partials of its rows, a warp per (query, head) row,
+//   writing out (zeros where no split saw a slot). Counters are zero between launches, so graph
+//   replays need no reset (the scratch's counter area is zeroed once when allocated).
 //
-// Shared memory of kernel 1: K/V [2 stages][K, V][T][D] (64 KiB) | pos [2][T] i32 |
+// Shared memory: K/V [2 stages][K, V][T][D] (64 KiB) | pos [2][T] i32 |
 //   warp m, l [4][kRB] f32. The warp merge reuses the K/V area for acc [4][kRB][D].
 #include <algorithm>
 #include <atomic>
@@ -71,11 +74,88 @@ struct DecodeArgs {
   int rows;      // n_q * group
   int rows_blk;  // rows per block (blockIdx.z picks the group), <= kRB
   int n_splits;
-  float qscale;  // scale * log2(e)
-  float* acc;    // work: [n_q * n_heads][n_splits][D]
-  float2* ml;    // work: [n_q * n_heads][n_splits]
+  float qscale;         // scale * log2(e)
+  unsigned* counters;   // work: [row_groups][n_kv_heads] blocks done (zero between launches)
+  float* acc;           // work: [n_q * n_heads][n_splits][D]
+  float2* ml;           // work: [n_q * n_heads][n_splits]
   float* out;
 };
+
+// (query t, head h) row index t * n_heads + h of local row r of the block at (kv head g, first
+// row r0): rows of a kv head's group are (t, g * group + j) for t-major r0 + r = t * group + j.
+__device__ __forceinline__ int64_t row_index(const DecodeArgs& a, int g, int r0, int r) {
+  const int rr = r0 + r, t = rr / a.group, h = g * a.group + rr % a.group;
+  return static_cast<int64_t>(t) * a.n_heads + h;
+}
+
+// Merges the n_splits partials of one (query, head) row into out (a warp; lane l owns dims
+// [l*E, l*E + E)): out = sum_i 2^(m_i - M) acc_i / sum_i 2^(m_i - M) l_i, zeros if no split saw
+// a slot. Partials were written by other blocks of this grid: read through L2 (ld.global.cg).
+template <int D>
+__device__ __forceinline__ void merge_row(const DecodeArgs& a, int64_t row, int lane) {
+  constexpr int E = D / 32;  // dims per lane
+  const float2* mlr = a.ml + row * a.n_splits;
+  float M = -INFINITY;
+  for (int i = lane; i < a.n_splits; i += 32) M = fmaxf(M, __ldcg(mlr + i).x);
+  M = warp_max(M);
+  float o[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) o[e] = 0.f;
+  if (M != -INFINITY) {
+    float l = 0.f;
+    for (int i = lane; i < a.n_splits; i += 32) {
+      const float2 x = __ldcg(mlr + i);
+      if (x.x != -INFINITY) l += x.y * ex2(x.x - M);
+    }
+    l = warp_sum(l);
+    const float* ar = a.acc + row * a.n_splits * D + lane * E;
+    // Loads are unconditional (several splits' in flight at once); an empty split's acc, never
+    // written, is loaded but not used.
+#pragma unroll 4
+    for (int i = 0; i < a.n_splits; ++i) {
+      const float mi = __ldcg(mlr + i).x;
+      float v[E];
+      if constexpr (E == 4) {
+        const float4 t = __ldcg(reinterpret_cast<const float4*>(ar + static_cast<int64_t>(i) * D));
+        v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+      } else {
+#pragma unroll
+        for (int e = 0; e < E; ++e) v[e] = __ldcg(ar + static_cast<int64_t>(i) * D + e);
+      }
+      if (mi != -INFINITY) {
+        const float w = ex2(mi - M);
+#pragma unroll
+        for (int e = 0; e < E; ++e) o[e] = fmaf(w, v[e], o[e]);
+      }
+    }
+    const float inv = 1.f / l;  // l >= 1: the split holding the max contributes 2^0 * (>= 1)
+#pragma unroll
+    for (int e = 0; e < E; ++e) o[e] *= inv;
+  }
+  float* dst = a.out + row * D + lane * E;
+#pragma unroll
+  for (int e = 0; e < E; ++e) dst[e] = o[e];
+}
+
+// Called by every thread of a block once its partial is written: counts the block in its (row
+// group, kv head) counter; the last of the n_splits blocks resets the counter and merges the R
+// rows (a warp each).
+template <int D>
+__device__ __forceinline__ void merge_if_last(const DecodeArgs& a, int g, int r0, int R) {
+  __shared__ bool last;
+  __threadfence();  // this block's partial is visible device-wide before it is counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned* c = a.counters + static_cast<int64_t>(blockIdx.z) * gridDim.x + g;
+    last = atomicAdd(c, 1u) == static_cast<unsigned>(a.n_splits - 1);
+    if (last) atomicExch(c, 0u);  // every block of the group has arrived: ready for the next launch
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // the other blocks' partials, counted before us, are read after this
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  for (int r = warp; r < R; r += kWarps) merge_row<D>(a, row_index(a, g, r0, r), lane);
+}
 
 // The EL elements of one 16-byte chunk as floats.
 __device__ __forceinline__ void load_chunk(const __half* p, float (&f)[8]) {
@@ -111,10 +191,7 @@ __global__ void __launch_bounds__(kThreads, 3) decode_split_kernel(const DecodeA
   const int g = blockIdx.x, split = blockIdx.y, r0 = blockIdx.z * a.rows_blk;
   const int R = min(a.rows_blk, a.rows - r0);
   // Local row r -> (query t, head h); its partial lives at index (t * n_heads + h) * n_splits + split.
-  auto part_index = [&](int r) {
-    const int rr = r0 + r, t = rr / a.group, h = g * a.group + rr % a.group;
-    return (static_cast<int64_t>(t) * a.n_heads + h) * a.n_splits + split;
-  };
+  auto part_index = [&](int r) { return row_index(a, g, r0, r) * a.n_splits + split; };
 
   const int n_kv = max(0, min(*a.n_kv, a.capacity));
   int chunk = (n_kv + a.n_splits - 1) / a.n_splits;
@@ -123,6 +200,7 @@ __global__ void __launch_bounds__(kThreads, 3) decode_split_kernel(const DecodeA
   const int s_end = min(s_begin + chunk, n_kv);
   if (s_begin >= s_end) {  // nothing of this chunk is filled: empty partial
     if (tid < R) a.ml[part_index(tid)] = make_float2(-INFINITY, 0.f);
+    merge_if_last<D>(a, g, r0, R);
     return;
   }
 
@@ -295,48 +373,7 @@ __global__ void __launch_bounds__(kThreads, 3) decode_split_kernel(const DecodeA
     a.acc[pi * D + d] = o;
     if (d == 0) a.ml[pi] = make_float2(M, L);
   }
-}
-
-// A warp per (query, head) row: out = sum_i 2^(m_i - M) acc_i / sum_i 2^(m_i - M) l_i.
-template <int D>
-__global__ void __launch_bounds__(kThreads)
-    decode_merge_kernel(const float* __restrict__ acc, const float2* __restrict__ ml, int rows, int n_splits,
-                        float* __restrict__ out) {
-  detail::pdl_wait();  // the split kernel's partials
-  detail::pdl_release();
-  constexpr int E = D / 32;  // dims per lane
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int row = blockIdx.x * (kThreads / 32) + warp;
-  if (row >= rows) return;
-  const float2* mlr = ml + static_cast<int64_t>(row) * n_splits;
-  float M = -INFINITY;
-  for (int i = lane; i < n_splits; i += 32) M = fmaxf(M, mlr[i].x);
-  M = warp_max(M);
-  float o[E];
-#pragma unroll
-  for (int e = 0; e < E; ++e) o[e] = 0.f;
-  float* dst = out + static_cast<int64_t>(row) * D + lane * E;
-  if (M != -INFINITY) {
-    float l = 0.f;
-    for (int i = lane; i < n_splits; i += 32) {
-      const float2 x = mlr[i];
-      if (x.x != -INFINITY) l += x.y * ex2(x.x - M);
-    }
-    l = warp_sum(l);
-    const float* ar = acc + static_cast<int64_t>(row) * n_splits * D + lane * E;
-    for (int i = 0; i < n_splits; ++i) {
-      const float2 x = mlr[i];
-      if (x.x == -INFINITY) continue;  // empty split: its acc was never written
-      const float w = ex2(x.x - M);
-#pragma unroll
-      for (int e = 0; e < E; ++e) o[e] = fmaf(w, ar[static_cast<int64_t>(i) * D + e], o[e]);
-    }
-    const float inv = 1.f / l;  // l >= 1: the split holding the max contributes 2^0 * (>= 1)
-#pragma unroll
-    for (int e = 0; e < E; ++e) o[e] *= inv;
-  }
-#pragma unroll
-  for (int e = 0; e < E; ++e) dst[e] = o[e];
+  merge_if_last<D>(a, g, r0, R);
 }
 
 // Host-side plan: rows per block, row groups, splits. Pure function of p and an SM count.
@@ -355,8 +392,8 @@ DecodePlan plan(const AttentionParams& p, int sms) {
 }
 
 size_t work_bytes(const AttentionParams& p, int n_splits) {
-  return static_cast<size_t>(p.n_q * p.n_heads) * static_cast<size_t>(n_splits) *
-         (static_cast<size_t>(p.head_dim) + 2) * 4;
+  return kDecodeCounterBytes + static_cast<size_t>(p.n_q * p.n_heads) * static_cast<size_t>(n_splits) *
+                                   (static_cast<size_t>(p.head_dim) + 2) * 4;
 }
 
 // SM count of the current device, or 0 (error cleared) when it cannot be read.
@@ -375,12 +412,7 @@ Status launch_decode(const DecodeArgs& a, const DecodePlan& d, int n_kv_heads, S
   LITHE_TRY(allow_smem(kernel, opted, DecodeCfg<D, KV>::kSmem, "attention_decode"));
   detail::launch_pdl(kernel, dim3(n_kv_heads, d.n_splits, d.row_groups), dim3(kThreads), DecodeCfg<D, KV>::kSmem,
                      stream, a);
-  LITHE_TRY(launched("attention_decode (split)"));
-  const int rows_out = static_cast<int>(a.rows / a.group * a.n_heads);
-  detail::launch_pdl(decode_merge_kernel<D>, dim3(static_cast<unsigned>(ceil_div(rows_out, kThreads / 32))),
-                     dim3(kThreads), 0, stream, static_cast<const float*>(a.acc), static_cast<const float2*>(a.ml),
-                     rows_out, d.n_splits, a.out);
-  return launched("attention_decode (merge)");
+  return launched("attention_decode");
 }
 
 }  // namespace
@@ -404,6 +436,10 @@ Status attention_decode(const AttentionParams& p, void* work, Stream s) {
   const int sms = sm_count();
   if (sms <= 0) return Status(StatusCode::internal, "attention_decode: cannot read the device's SM count");
   const DecodePlan d = plan(p, sms);
+  if (p.n_kv_heads * d.row_groups > static_cast<int64_t>(kDecodeCounterBytes / sizeof(unsigned)))
+    return bad_arg("attention_decode: n_kv_heads " + std::to_string(p.n_kv_heads) + " x " +
+                   std::to_string(d.row_groups) + " row groups exceed the " +
+                   std::to_string(kDecodeCounterBytes / sizeof(unsigned)) + " merge counters");
   DecodeArgs a{};
   a.q = p.q;
   a.q_pos = p.q_pos;
@@ -419,8 +455,9 @@ Status attention_decode(const AttentionParams& p, void* work, Stream s) {
   a.rows_blk = d.rows_blk;
   a.n_splits = d.n_splits;
   a.qscale = p.scale * kLog2e;
-  a.acc = static_cast<float*>(work);
-  a.ml = reinterpret_cast<float2*>(static_cast<char*>(work) +
+  a.counters = static_cast<unsigned*>(work);
+  a.acc = reinterpret_cast<float*>(static_cast<char*>(work) + kDecodeCounterBytes);
+  a.ml = reinterpret_cast<float2*>(reinterpret_cast<char*>(a.acc) +
                                    static_cast<size_t>(p.n_q * p.n_heads) * d.n_splits * p.head_dim * 4);
   a.out = p.out;
   const int hk = static_cast<int>(p.n_kv_heads);

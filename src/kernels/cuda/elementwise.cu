@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/rope.cuh"
 
 namespace lithe::cuda {
 namespace {
@@ -19,7 +20,7 @@ using detail::launched;
 constexpr int kThreads = 256;           // element-wise blocks
 constexpr int64_t kMaxGridY = 65535;    // rows per launch before the kernels loop over rows
 constexpr int64_t kMaxGridX = 65535;    // grid-stride beyond this
-constexpr int kRopeMaxHalf = 512;       // rot_dim <= 1024, as the CPU kernel
+using detail::kRopeMaxHalf;
 
 bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 std::string num(int64_t v) { return std::to_string(v); }
@@ -178,23 +179,17 @@ __global__ void rope_kernel(float* x, int64_t n_heads, int64_t head_dim, const i
   detail::pdl_release();
   __shared__ float cs[kRopeMaxHalf], sn[kRopeMaxHalf];
   const int64_t t = blockIdx.x;
-  const double p = static_cast<double>(pos[t]);
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    double s, c;
-    sincos(p * static_cast<double>(inv_freq[i]), &s, &c);
-    cs[i] = static_cast<float>(c);
-    sn[i] = static_cast<float>(s);
-  }
+  detail::rope_table(pos[t], inv_freq, half, cs, sn);
   __syncthreads();
   const int64_t h0 = int64_t(blockIdx.y) * heads_per_block;
   const int items = static_cast<int>(min(int64_t(heads_per_block), n_heads - h0)) * half;
   for (int it = threadIdx.x; it < items; it += blockDim.x) {
     const int hl = it / half, i = it - hl * half;
     float* v = x + (t * n_heads + h0 + hl) * head_dim;
-    const int i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
-    const float a = v[i0], b = v[i1], c = cs[i], s = sn[i];
-    v[i0] = a * c - b * s;
-    v[i1] = b * c + a * s;
+    const int2 e = detail::rope_pair(i, half, interleaved);
+    const float2 r = detail::rope_rotate(v[e.x], v[e.y], cs[i], sn[i]);
+    v[e.x] = r.x;
+    v[e.y] = r.y;
   }
 }
 

@@ -17,9 +17,17 @@
 //   rather than 5 per sum), which leaves each (slot, x-row) total in its own lanes; with S > 1 the
 //   group's warps add their totals through shared memory. One lane per total applies the epilogue.
 // - Ready for programmatic dependent launch (sm_90): x and y are touched only after
-//   griddepcontrol.wait (detail::pdl_wait, common.cuh).
-// Instantiations: weight type (3) x M in {1, 2, 4, 8} (m rounded up to M; rows >= m are skipped
-// by warp-uniform branches and never stored). Blocks of 4 warps; grid = ceil(groups * S / 4).
+//   griddepcontrol.wait (detail::pdl_wait, common.cuh). For M <= 2 (S = 1) each warp's first
+//   batch of weights is loaded before that wait, so it is in flight while the previous kernel
+//   finishes.
+// - Folded RMSNorm (NORM): the loop multiplies by the norm weight g elementwise (x chunks when
+//   M < R, weight chunks otherwise: fewer products); the 1/rms factor of x row i, a per-row
+//   scalar, is applied to the finished sums. Its sum of squares: with S = 1 every warp reads
+//   whole x rows, so each lane adds the squares of the x values it loads and a warp sum finishes
+//   it; with S > 1 (warps see parts of the rows) the block computes it first, after the wait,
+//   into shared memory (the rows then sit in L1 for the loop).
+// Instantiations: weight type (3) x M in {1, 2, 4, 8} x NORM (m rounded up to M; rows >= m are
+// skipped by warp-uniform branches and never stored). Blocks of 4 warps; grid = ceil(groups*S/4).
 #include <cstdint>
 #include <cstdio>
 #include <limits>
@@ -35,12 +43,14 @@ constexpr int kThreads = kWarps * 32;
 
 // Per-M tuning: R rows per group, U chunks per row in flight, S warps per group (each takes every
 // S-th batch of the rows; more warps in flight where the per-lane work is large), and the
-// occupancy asked of ptxas (min blocks of 128 threads per SM: 4 -> <= 128 registers, 3 -> <= 168;
-// tighter caps make ptxas split the batch's loads around the arithmetic or spill).
+// occupancy asked of ptxas (min blocks of 128 threads per SM: 5 -> <= 102 registers, 4 -> <= 128,
+// 3 -> <= 168; tighter caps make ptxas split the batch's loads around the arithmetic or spill).
+// M = 1 asks for 5: the plain kernel needs ~86 registers anyway, the NORM one would take ~120
+// (4 blocks per SM) instead of 96 (ptxas -v, sm_90a); both still issue a batch's 8 loads first.
 template <int M>
 struct Cfg;
 template <>
-struct Cfg<1> { static constexpr int R = 2, U = 4, S = 1, min_blocks = 4; };
+struct Cfg<1> { static constexpr int R = 2, U = 4, S = 1, min_blocks = 5; };
 template <>
 struct Cfg<2> { static constexpr int R = 2, U = 4, S = 1, min_blocks = 4; };
 template <>
@@ -61,6 +71,8 @@ struct Args {
   int64_t rows;            // flat rows in all (swiglu: the common n_out)
   int64_t groups;          // warps with work
   const float* x;
+  const float* norm;  // NORM kernels: the norm weight [n_in]
+  float eps;
   int n_in;
   int m;
   Epilogue epi;
@@ -148,31 +160,123 @@ __device__ __forceinline__ Slot slot_of(const Args& a, int64_t g, int s) {
   return sl;
 }
 
-// acc[r][i] += W[slot r] chunk c · x[i] chunk c for the first m (> M/2) rows of x.
-template <typename T, int M, int R>
-__device__ __forceinline__ void fma_chunk(const uint4 (&v)[R], const float4* x4, int x_stride, int c,
-                                          int m, float (&acc)[R][M]) {
-  constexpr int E = Chunk<T>::E;
-  float wf[R][E];
+// E consecutive floats from float4 data.
+template <int E>
+__device__ __forceinline__ void load_floats(const float4* p, float (&f)[E]) {
 #pragma unroll
-  for (int r = 0; r < R; ++r) Chunk<T>::unpack(v[r], wf[r]);
+  for (int q = 0; q < E / 4; ++q) {
+    const float4 t = p[q];
+    f[4 * q] = t.x;
+    f[4 * q + 1] = t.y;
+    f[4 * q + 2] = t.z;
+    f[4 * q + 3] = t.w;
+  }
+}
+
+// acc[r][i] += W[slot r] chunk c · x[i] chunk c for the first m (> M/2) rows of x. NORM: times
+// the norm weight's chunk c (g4: the norm weight as float4), on whichever side has fewer values.
+// SS: ss[i] += the squares of x[i] chunk c.
+template <typename T, int M, int R, bool NORM, bool SS>
+__device__ __forceinline__ void fma_chunk(const uint4 (&v)[R], const float4* x4, const float4* g4, int x_stride,
+                                          int c, int m, float (&acc)[R][M], float (&ss)[M]) {
+  constexpr int E = Chunk<T>::E;
+  constexpr bool kScaleW = NORM && M >= R;  // (equal counts: scaling w frees g before the row loop)
+  float wf[R][E], g[E];
+  if constexpr (NORM) load_floats<E>(g4 + c * (E / 4), g);  // read-only (weights), L1-cached
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    Chunk<T>::unpack(v[r], wf[r]);
+    if constexpr (kScaleW)
+#pragma unroll
+      for (int k = 0; k < E; ++k) wf[r][k] *= g[k];
+  }
 #pragma unroll
   for (int i = 0; i < M; ++i) {
     if (i > M / 2 && i >= m) break;  // warp-uniform; the launcher picks M with m > M/2
     float xv[E];
+    load_floats<E>(x4 + i * x_stride + c * (E / 4), xv);  // not ld.global.nc: see detail::pdl_wait
+    if constexpr (SS)
 #pragma unroll
-    for (int q = 0; q < E / 4; ++q) {
-      const float4 t = x4[i * x_stride + c * (E / 4) + q];  // not ld.global.nc: see detail::pdl_wait
-      xv[4 * q] = t.x;
-      xv[4 * q + 1] = t.y;
-      xv[4 * q + 2] = t.z;
-      xv[4 * q + 3] = t.w;
-    }
+      for (int k = 0; k < E; ++k) ss[i] = fmaf(xv[k], xv[k], ss[i]);
+    if constexpr (NORM && !kScaleW)
+#pragma unroll
+      for (int k = 0; k < E; ++k) xv[k] *= g[k];
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int k = 0; k < E; ++k) acc[r][i] = fmaf(wf[r][k], xv[k], acc[r][i]);
   }
+}
+
+// One batch: U chunks (b + 32u + lane) of each of the R rows. A partial last batch loads zeros
+// past the row's end (never used: see fma_batch).
+template <int U, int R>
+__device__ __forceinline__ void load_batch(uint4 (&v)[U][R], const uint4* const (&w)[R], int b, int chunks,
+                                           int lane) {
+  if (b + 32 * U <= chunks) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r) v[u][r] = ld_stream(w[r] + b + 32 * u);
+  } else {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        v[u][r] = b + 32 * u + lane < chunks ? ld_stream(w[r] + b + 32 * u) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+template <typename T, int M, int U, int R, bool NORM, bool SS>
+__device__ __forceinline__ void fma_batch(const uint4 (&v)[U][R], const float4* x4, const float4* g4, int x_stride,
+                                          int b, int chunks, int lane, int m, float (&acc)[R][M], float (&ss)[M]) {
+  if (b + 32 * U <= chunks) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      fma_chunk<T, M, R, NORM, SS>(v[u], x4, g4, x_stride, b + 32 * u + lane, m, acc, ss);
+  } else {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (b + 32 * u + lane < chunks)
+        fma_chunk<T, M, R, NORM, SS>(v[u], x4, g4, x_stride, b + 32 * u + lane, m, acc, ss);
+  }
+}
+
+// 1 / rms of a row from its sum of squares over n values (as rmsnorm_kernel).
+__device__ __forceinline__ float inv_rms_of(float ss, int n, float eps) {
+  return 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+}
+
+// 1/rms of each of the first m x rows into inv[M], computed by the whole block (as rmsnorm_kernel:
+// 1 / sqrt(sum(x^2) / n + eps)). Every thread of the block must call it; ends with a barrier.
+template <int M>
+__device__ __forceinline__ void block_inv_rms(const Args& a, float* inv) {
+  __shared__ float part[kWarps][M];
+  const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
+  const float4* x4 = reinterpret_cast<const float4*>(a.x);
+  const int n4 = a.n_in / 4;
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    if (i >= a.m) break;  // block-uniform
+    float ss = 0.f;
+    for (int k = static_cast<int>(threadIdx.x); k < n4; k += kThreads) {
+      const float4 t = x4[i * n4 + k];
+      ss = fmaf(t.x, t.x, ss);
+      ss = fmaf(t.y, t.y, ss);
+      ss = fmaf(t.z, t.z, ss);
+      ss = fmaf(t.w, t.w, ss);
+    }
+    ss = detail::warp_sum(ss);
+    if (lane == 0) part[warp][i] = ss;
+  }
+  __syncthreads();
+  if (threadIdx.x < M && static_cast<int>(threadIdx.x) < a.m) {
+    float t = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) t += part[w][threadIdx.x];
+    inv[threadIdx.x] = inv_rms_of(t, a.n_in, a.eps);
+  }
+  __syncthreads();
 }
 
 // One butterfly step per level, unrolled at compile time: H sums stay, O is the partner offset.
@@ -190,7 +294,7 @@ __device__ __forceinline__ void reduce_scatter(float (&s)[N], int lane) {
   }
 }
 
-template <typename T, int M>
+template <typename T, int M, bool NORM>
 __global__ void __launch_bounds__(kThreads, Cfg<M>::min_blocks) matvec_kernel(const Args a) {
   constexpr int R = Cfg<M>::R, U = Cfg<M>::U, S = Cfg<M>::S, E = Chunk<T>::E;
   constexpr int V = R * M;  // partial sums per lane
@@ -199,6 +303,8 @@ __global__ void __launch_bounds__(kThreads, Cfg<M>::min_blocks) matvec_kernel(co
   static_assert((1 << L) == V && V <= 32, "R*M must be a power of two <= 32");
   static_assert(R % 2 == 0, "swiglu pairs gate and up rows within a warp");
   static_assert(kWarps % S == 0, "a block holds whole groups");
+  constexpr bool kWarpSS = NORM && S == 1;  // sums of squares in the loop (warps read whole rows)
+  constexpr bool kBlockSS = NORM && S > 1;  // ... or in a block pass first
 
   const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
   const int64_t g = static_cast<int64_t>(blockIdx.x) * (kWarps / S) + warp / S;  // row group
@@ -208,49 +314,48 @@ __global__ void __launch_bounds__(kThreads, Cfg<M>::min_blocks) matvec_kernel(co
   if constexpr (S == 1)
     if (!active) return;  // the whole warp leaves together
 
-  float val = 0.f;  // this lane's total after the reductions (see below)
-  if (active) {
-    const int chunks = a.n_in / E;  // per row
-    const uint4* w[R];
+  // Row pointers (slots of inactive warps are clamped onto the last row: valid addresses).
+  const int chunks = a.n_in / E;  // per row
+  const uint4* w[R];
 #pragma unroll
-    for (int s = 0; s < R; ++s) {
-      const Slot sl = slot_of<R>(a, g, s);
-      const void* base = sl.j == 0 ? a.w0 : sl.j == 1 ? a.w1 : a.w2;
-      w[s] = static_cast<const uint4*>(base) + sl.row * chunks + lane;
-    }
+  for (int s = 0; s < R; ++s) {
+    const Slot sl = slot_of<R>(a, g, s);
+    const void* base = sl.j == 0 ? a.w0 : sl.j == 1 ? a.w1 : a.w2;
+    w[s] = static_cast<const uint4*>(base) + sl.row * chunks + lane;
+  }
+  // Batches: U chunks of each of the R rows, all loads issued before the arithmetic. With S = 1
+  // the first batch is issued before waiting on the previous kernel (weights are never written by
+  // kernels); with S > 1 that costs registers (ptxas spills), so those wait first.
+  int b = part * kBatch;
+  uint4 v[U][R];
+  constexpr bool kEarly = S == 1;
+  if (kEarly && active && b < chunks) load_batch<U, R>(v, w, b, chunks, lane);
+  detail::pdl_wait();  // x (and y) come from the previous kernel
+
+  __shared__ float block_inv[M];
+  if constexpr (kBlockSS) block_inv_rms<M>(a, block_inv);
+
+  float val = 0.f;     // this lane's total after the reductions (see below)
+  float warp_inv[M];   // kWarpSS: 1/rms of each x row
+  if (active) {
     const float4* x4 = reinterpret_cast<const float4*>(a.x);
+    const float4* g4 = reinterpret_cast<const float4*>(a.norm);
     const int x_stride = a.n_in / 4;  // float4 per row of x
     const int m = a.m;
-    detail::pdl_wait();  // x (and y) come from the previous kernel
 
-    float acc[R][M];
+    float acc[R][M], ss[M];
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+    for (int i = 0; i < M; ++i) {
+      ss[i] = 0.f;
 #pragma unroll
-      for (int i = 0; i < M; ++i) acc[r][i] = 0.f;
+      for (int r = 0; r < R; ++r) acc[r][i] = 0.f;
+    }
 
-    // Batches: U chunks of each of the R rows, all loads issued before the arithmetic. In the
-    // last, partial batch, chunks past the row's end are neither loaded nor used.
+    const int b0 = b;
 #pragma unroll 1
-    for (int b = part * kBatch; b < chunks; b += S * kBatch) {
-      uint4 v[U][R];
-      if (b + kBatch <= chunks) {
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-          for (int r = 0; r < R; ++r) v[u][r] = ld_stream(w[r] + b + 32 * u);
-#pragma unroll
-        for (int u = 0; u < U; ++u) fma_chunk<T, M, R>(v[u], x4, x_stride, b + 32 * u + lane, m, acc);
-      } else {
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-          for (int r = 0; r < R; ++r)
-            v[u][r] = b + 32 * u + lane < chunks ? ld_stream(w[r] + b + 32 * u) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-          if (b + 32 * u + lane < chunks) fma_chunk<T, M, R>(v[u], x4, x_stride, b + 32 * u + lane, m, acc);
-      }
+    for (; b < chunks; b += S * kBatch) {
+      if (!kEarly || b != b0) load_batch<U, R>(v, w, b, chunks, lane);
+      fma_batch<T, M, U, R, NORM, kWarpSS>(v, x4, g4, x_stride, b, chunks, lane, m, acc, ss);
     }
 
     // Butterfly reduce-scatter: at each level the lanes with bit O set keep the upper half of
@@ -266,6 +371,9 @@ __global__ void __launch_bounds__(kThreads, Cfg<M>::min_blocks) matvec_kernel(co
     val = sums[0];
 #pragma unroll
     for (int o = 16 >> L; o >= 1; o >>= 1) val += __shfl_xor_sync(0xffffffffu, val, o);
+    if constexpr (kWarpSS)
+#pragma unroll
+      for (int i = 0; i < M; ++i) warp_inv[i] = inv_rms_of(detail::warp_sum(ss[i]), a.n_in, a.eps);
   }
 
   // Split over S warps: the group's first warp adds the others' totals (same lane, same sum).
@@ -279,13 +387,25 @@ __global__ void __launch_bounds__(kThreads, Cfg<M>::min_blocks) matvec_kernel(co
   }
 
   // Sum idx's top bit (slot r + R/2 vs r, i.e. up vs gate under swiglu) is lane bit 4.
-  const float partner = __shfl_xor_sync(0xffffffffu, val, 16);
+  float partner = __shfl_xor_sync(0xffffffffu, val, 16);
   if ((lane & ((1 << (5 - L)) - 1)) != 0) return;  // one writer per sum
   const int idx = lane >> (5 - L);
   const int r = idx / M, i = idx % M;
   if (i >= a.m) return;
   const Slot sl = slot_of<R>(a, g, r);
   if (!sl.valid) return;
+  if constexpr (NORM) {  // the partner sum has the same x row i
+    float inv = 0.f;
+    if constexpr (kWarpSS) {
+#pragma unroll
+      for (int k = 0; k < M; ++k)  // (a register array: no dynamic index)
+        if (k == i) inv = warp_inv[k];
+    } else {
+      inv = block_inv[i];
+    }
+    val *= inv;
+    partner *= inv;
+  }
   if (a.epi == Epilogue::swiglu) {
     if (r >= R / 2) return;  // the up half: its value went to the gate lane
     a.y0[i * a.n0 + sl.row] = val / (1.f + expf(-val)) * partner;
@@ -300,7 +420,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<M>::min_blocks) matvec_kernel(co
     *out = val;
 }
 
-template <typename T, int M>
+template <typename T, int M, bool NORM>
 Status launch(Args a, Stream s) {
   constexpr int R = Cfg<M>::R, S = Cfg<M>::S;
   const int per_group = a.epi == Epilogue::swiglu ? R / 2 : R;
@@ -315,16 +435,21 @@ Status launch(Args a, Stream s) {
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
   cfg.numAttrs = detail::pdl_enabled() ? 1 : 0;
-  (void)cudaLaunchKernelEx(&cfg, matvec_kernel<T, M>, a);  // its error is also the last error
+  (void)cudaLaunchKernelEx(&cfg, matvec_kernel<T, M, NORM>, a);  // its error is also the last error
   return detail::launched("matvec_kernel");
 }
 
-template <typename T>
+template <typename T, bool NORM>
 Status launch_m(const Args& a, Stream s) {
-  if (a.m == 1) return launch<T, 1>(a, s);
-  if (a.m == 2) return launch<T, 2>(a, s);
-  if (a.m <= 4) return launch<T, 4>(a, s);
-  return launch<T, 8>(a, s);
+  if (a.m == 1) return launch<T, 1, NORM>(a, s);
+  if (a.m == 2) return launch<T, 2, NORM>(a, s);
+  if (a.m <= 4) return launch<T, 4, NORM>(a, s);
+  return launch<T, 8, NORM>(a, s);
+}
+
+template <typename T>
+Status launch_t(const Args& a, Stream s) {
+  return a.norm != nullptr ? launch_m<T, true>(a, s) : launch_m<T, false>(a, s);
 }
 
 bool aligned(const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
@@ -344,7 +469,7 @@ bool overlap(const float* a, int64_t na, const float* b, int64_t nb) {
 }  // namespace
 
 Status matvec(const MatvecOut* outs, int n_outs, WeightType t, int64_t n_in, const float* x, int64_t m, Epilogue e,
-              Stream s) {
+              Stream s, const MatvecNorm& norm) {
   using detail::bad_arg;
   const std::string f = "matvec: ";
   if (outs == nullptr) return bad_arg(f + "outs is null");
@@ -365,6 +490,10 @@ Status matvec(const MatvecOut* outs, int n_outs, WeightType t, int64_t n_in, con
                      std::to_string(outs[1].n_out));
   }
   if (x == nullptr || !aligned(x, 16)) return bad_arg(f + "x = " + ptr_str(x) + " is null or not 16-byte aligned");
+  if (norm.w != nullptr && !aligned(norm.w, 16))
+    return bad_arg(f + "norm.w = " + ptr_str(norm.w) + " is not 16-byte aligned");
+  if (norm.w != nullptr && !(norm.eps >= 0.0f))
+    return bad_arg(f + "norm.eps = " + std::to_string(norm.eps) + " must be >= 0");
   int64_t rows = 0;
   for (int j = 0; j < n_outs; ++j) {
     const MatvecOut& o = outs[j];
@@ -399,13 +528,15 @@ Status matvec(const MatvecOut* outs, int n_outs, WeightType t, int64_t n_in, con
   a.start2 = n_outs > 2 ? a.n0 + a.n1 : none;
   a.rows = e == Epilogue::swiglu ? a.n0 : rows;
   a.x = x;
+  a.norm = norm.w;
+  a.eps = norm.eps;
   a.n_in = static_cast<int>(n_in);
   a.m = static_cast<int>(m);
   a.epi = e;
   switch (t) {
-    case WeightType::f32: return launch_m<float>(a, s);
-    case WeightType::f16: return launch_m<__half>(a, s);
-    case WeightType::bf16: return launch_m<__nv_bfloat16>(a, s);
+    case WeightType::f32: return launch_t<float>(a, s);
+    case WeightType::f16: return launch_t<__half>(a, s);
+    case WeightType::bf16: return launch_t<__nv_bfloat16>(a, s);
   }
   return bad_arg(f + "unknown weight type");
 }

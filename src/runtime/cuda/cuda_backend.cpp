@@ -4,8 +4,10 @@
 // converted to f16 at load (fallback_weight_dtype).
 //
 // Linear layers: up to kMatvecMaxRows rows use the matvec kernel (weights streamed once, fused
-// q/k/v, swiglu and residual epilogues); more rows use cublasGemmEx on an f16/bf16 copy of the
-// activations with f32 output (f32 weights: f32 GEMM, no TF32).
+// q/k/v, swiglu and residual epilogues, the preceding RMSNorm folded in); more rows use
+// cublasGemmEx on an f16/bf16 copy of the activations with f32 output (f32 weights: f32 GEMM, no
+// TF32). Attention: rope_attention rotates q/k and fills the cache in one launch, then one decode
+// launch (split-K with the merge in its last blocks) or the prefill kernel.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -49,16 +51,27 @@ Status check_weight(const Tensor& w, const char* what) {
   return Status::ok();
 }
 
-// A device scratch buffer that only grows.
+// A device scratch buffer that only grows. With `zero_on`, fresh memory is zeroed on that stream
+// (scratch whose contents must start at zero: attention_decode's merge counters).
 struct Scratch {
   Tensor t;
-  Result<void*> get(size_t bytes) {
+  Result<void*> get(size_t bytes, cudaStream_t zero_on = nullptr) {
     if (!t.defined() || t.nbytes() < bytes) {
       LITHE_ASSIGN(t, Tensor::empty(DType::u8, {static_cast<int64_t>(std::max<size_t>(bytes, 256))}, Device::cuda));
+      if (zero_on != nullptr)
+        LITHE_TRY(check(cudaMemsetAsync(t.data(), 0, t.nbytes(), zero_on), "cudaMemsetAsync (scratch)"));
     }
     return t.data();
   }
 };
+
+// Whether the matvec kernel (not cuBLAS) runs an m-row product with rows of n_in.
+bool matvec_path(int64_t m, int64_t n_in) { return m <= cuda::kMatvecMaxRows && n_in % 8 == 0; }
+// Whether an RMSNorm of x folds into that kernel, which then reads x itself (16-byte loads; the
+// materialized norm it otherwise reads is always aligned).
+bool norm_folds(int64_t m, int64_t n_in, const Tensor& x) {
+  return matvec_path(m, n_in) && reinterpret_cast<uintptr_t>(x.data()) % 16 == 0;
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -138,11 +151,27 @@ class CudaBackend final : public Backend {
                 Tensor& up) override {
     const Tensor* ws[] = {&w_gate, &w_up};
     Tensor* ys[] = {&gate, &up};
-    if (m <= cuda::kMatvecMaxRows) return project(ws, ys, x, m, cuda::Epilogue::swiglu);
+    if (matvec_path(m, w_gate.dim(1))) return project(ws, ys, x, m, cuda::Epilogue::swiglu);
     LITHE_TRY(project(std::span<const Tensor* const>(ws, 1), std::span<Tensor*>(ys, 1), x, m, cuda::Epilogue::store));
     LITHE_TRY(project(std::span<const Tensor* const>(ws + 1, 1), std::span<Tensor*>(ys + 1, 1), x, m,
                       cuda::Epilogue::store));
     return silu_mul(gate, up, m);
+  }
+  // The norm folds into the matvec kernel; otherwise (GEMM path) the default composition.
+  Status rmsnorm_linear_many(const InputNorm& norm, std::span<const Tensor* const> ws, const Tensor& x, int64_t m,
+                             std::span<Tensor*> ys) override {
+    if (ws.size() != ys.size() || ws.empty())
+      return error(StatusCode::invalid_argument, "rmsnorm_linear_many: {} weights but {} outputs", ws.size(),
+                   ys.size());
+    if (ws.size() <= 3 && norm_folds(m, ws[0]->dim(1), x)) return project(ws, ys, x, m, cuda::Epilogue::store, &norm);
+    return Backend::rmsnorm_linear_many(norm, ws, x, m, ys);
+  }
+  Status rmsnorm_swiglu(const InputNorm& norm, const Tensor& w_gate, const Tensor& w_up, const Tensor& x, int64_t m,
+                        Tensor& gate, Tensor& up) override {
+    const Tensor* ws[] = {&w_gate, &w_up};
+    Tensor* ys[] = {&gate, &up};
+    if (norm_folds(m, w_gate.dim(1), x)) return project(ws, ys, x, m, cuda::Epilogue::swiglu, &norm);
+    return Backend::rmsnorm_swiglu(norm, w_gate, w_up, x, m, gate, up);
   }
 
   Status add_bias(Tensor& y, int64_t m, const Tensor& bias) override {
@@ -180,52 +209,14 @@ class CudaBackend final : public Backend {
 
   Status attention(KvCache& cache, int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t m,
                    const int32_t* q_pos, const int64_t* slots, const AttentionShape& shape, Tensor& out) override {
-    const int64_t kv_dim = cache.kv_dim();
-    LITHE_TRY(check_act(k, m, kv_dim, "attention k"));
-    LITHE_TRY(check_act(v, m, kv_dim, "attention v"));
-    LITHE_TRY(check_act(q, m, shape.n_heads * shape.head_dim, "attention q"));
-    LITHE_TRY(check_act(out, m, shape.n_heads * shape.head_dim, "attention out"));
-    if (shape.n_kv_heads * shape.head_dim != kv_dim || shape.n_kv_heads <= 0 || shape.n_heads % shape.n_kv_heads != 0)
-      return error(StatusCode::invalid_argument, "attention: {} heads x {} and {} kv heads do not match the cache's {}",
-                   shape.n_heads, shape.head_dim, shape.n_kv_heads, kv_dim);
-    if (cache.k(layer).device() != Device::cuda || !cache.device_positions().defined())
-      return error(StatusCode::invalid_argument, "attention: the KV cache is on {}, the backend on cuda",
-                   device_name(cache.k(layer).device()));
-    const int32_t n_kv = static_cast<int32_t>(cache.size());
-    LITHE_ASSIGN(const void* dslots, steps_->stage(slots, static_cast<size_t>(m) * sizeof(int64_t)));
-    LITHE_ASSIGN(const void* dqpos, steps_->stage(q_pos, static_cast<size_t>(m) * sizeof(int32_t)));
-    LITHE_ASSIGN(const void* dnkv, steps_->stage(&n_kv, sizeof(int32_t)));
-    const cuda::KvType kt = cache.dtype() == DType::f16 ? cuda::KvType::f16 : cuda::KvType::f32;
-    int32_t* kv_pos = cache.device_positions().data_as<int32_t>();
-    cuda::AttentionParams p;
-    p.q = q.data_as<float>();
-    p.q_pos = static_cast<const int32_t*>(dqpos);
-    p.n_q = m;
-    p.k = cache.k(layer).data();
-    p.v = cache.v(layer).data();
-    p.kv = kt;
-    p.kv_pos = kv_pos;
-    p.n_kv = static_cast<const int32_t*>(dnkv);
-    p.kv_capacity = cache.capacity();
-    p.kv_stride = kv_dim;
-    p.n_heads = shape.n_heads;
-    p.n_kv_heads = shape.n_kv_heads;
-    p.head_dim = shape.head_dim;
-    p.scale = shape.scale;
-    p.out = out.data_as<float>();
-    size_t work_bytes = 0;
-    if (m <= cuda::kDecodeMaxQueries) work_bytes = cuda::attention_decode_work_bytes(p);
-    void* work = nullptr;
-    if (work_bytes > 0) {
-      LITHE_ASSIGN(work, attn_ws_.get(work_bytes));
-    }
-    if (steps_->replaying()) return Status::ok();
-    // Positions are written with layer 0's K/V (every layer shares them).
-    LITHE_TRY(cuda::kv_store(k.data_as<float>(), v.data_as<float>(), m, kv_dim, static_cast<const int64_t*>(dslots),
-                             static_cast<const int32_t*>(dqpos), cache.k(layer).data(), cache.v(layer).data(), kt,
-                             layer == 0 ? kv_pos : nullptr, stream_));
-    if (m <= cuda::kDecodeMaxQueries) return cuda::attention_decode(p, work, stream_);
-    return cuda::attention_prefill(p, n_kv, stream_);
+    return attend(cache, layer, q, k, v, m, q_pos, slots, shape, out, nullptr);
+  }
+  // One launch rotates q and k and stores k and v (cuda::rope_kv_store), then attention.
+  Status rope_attention(KvCache& cache, int64_t layer, Tensor& q, Tensor& k, const Tensor& v, int64_t m,
+                        const int32_t* q_pos, const int64_t* slots, const cpu::RopeTable& table, cpu::RopeStyle style,
+                        const AttentionShape& shape, Tensor& out) override {
+    const Rope r{&table, style, q.data_as<float>(), k.data_as<float>()};
+    return attend(cache, layer, q, k, v, m, q_pos, slots, shape, out, &r);
   }
 
   Status to_host(const Tensor& x, int64_t m, float* dst) override {
@@ -267,11 +258,22 @@ class CudaBackend final : public Backend {
  private:
   CudaBackend() = default;
 
-  // ys[j] (+)= x · ws[j]ᵀ for one epilogue: the matvec kernel for few rows, cuBLAS otherwise.
+  // ys[j] (+)= x · ws[j]ᵀ for one epilogue: the matvec kernel for few rows, cuBLAS otherwise. With
+  // `norm` the input is rmsnorm(x), folded into the matvec kernel (callers check norm_folds).
   Status project(std::span<const Tensor* const> ws, std::span<Tensor*> ys, const Tensor& x, int64_t m,
-                 cuda::Epilogue e) {
+                 cuda::Epilogue e, const InputNorm* norm = nullptr) {
     const int64_t n_in = ws[0]->dim(1);
     LITHE_TRY(check_act(x, m, n_in, "linear input"));
+    if (norm != nullptr) {
+      if (norm->weight == nullptr || norm->scratch == nullptr)
+        return error(StatusCode::invalid_argument, "rmsnorm + linear: the norm needs a weight and a scratch tensor");
+      const Tensor& nw = *norm->weight;
+      if (nw.dtype() != DType::f32 || nw.device() != Device::cuda || !nw.is_contiguous() || nw.numel() != n_in)
+        return error(StatusCode::invalid_argument, "rmsnorm + linear: expected a cuda f32 norm weight of {} values, "
+                     "got {}", n_in, nw.describe());
+      LITHE_TRY(check_act(*norm->scratch, m, n_in, "rmsnorm scratch"));
+      if (!matvec_path(m, n_in)) return error(StatusCode::internal, "a folded rmsnorm reached the GEMM path");
+    }
     LITHE_ASSIGN(cuda::WeightType wt, weight_type(*ws[0]));
     for (size_t j = 0; j < ws.size(); ++j) {
       LITHE_TRY(check_weight(*ws[j], "linear weight"));
@@ -281,10 +283,12 @@ class CudaBackend final : public Backend {
                      ws[0]->describe(), ws[j]->describe());
     }
     if (steps_->replaying()) return Status::ok();
-    if (m <= cuda::kMatvecMaxRows && n_in % 8 == 0) {
+    if (matvec_path(m, n_in)) {
       cuda::MatvecOut outs[3];
       for (size_t j = 0; j < ws.size(); ++j) outs[j] = {ws[j]->data(), ws[j]->dim(0), ys[j]->data_as<float>()};
-      return cuda::matvec(outs, static_cast<int>(ws.size()), wt, n_in, x.data_as<float>(), m, e, stream_);
+      cuda::MatvecNorm mn;
+      if (norm != nullptr) mn = {norm->weight->data_as<float>(), norm->eps};
+      return cuda::matvec(outs, static_cast<int>(ws.size()), wt, n_in, x.data_as<float>(), m, e, stream_, mn);
     }
     if (e == cuda::Epilogue::swiglu)
       return error(StatusCode::internal, "swiglu epilogue reached the GEMM path");
@@ -330,6 +334,93 @@ class CudaBackend final : public Backend {
       it = rope_.insert_or_assign(&t, std::move(d)).first;
     }
     return it->second.data_as<const float>();
+  }
+
+  // The rotary embedding rope_attention applies (in place: q and k are its tensors' data).
+  struct Rope {
+    const cpu::RopeTable* table;
+    cpu::RopeStyle style;
+    float* q;
+    float* k;
+  };
+
+  // attention(), after rotating q and k when `rot` is set: stores k/v rows (and, for layer 0,
+  // their positions) into the cache, then the decode (m <= 8) or prefill kernel.
+  Status attend(KvCache& cache, int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t m,
+                const int32_t* q_pos, const int64_t* slots, const AttentionShape& shape, Tensor& out,
+                const Rope* rot) {
+    const int64_t kv_dim = cache.kv_dim();
+    LITHE_TRY(check_act(k, m, kv_dim, "attention k"));
+    LITHE_TRY(check_act(v, m, kv_dim, "attention v"));
+    LITHE_TRY(check_act(q, m, shape.n_heads * shape.head_dim, "attention q"));
+    LITHE_TRY(check_act(out, m, shape.n_heads * shape.head_dim, "attention out"));
+    if (shape.n_kv_heads * shape.head_dim != kv_dim || shape.n_kv_heads <= 0 || shape.n_heads % shape.n_kv_heads != 0)
+      return error(StatusCode::invalid_argument, "attention: {} heads x {} and {} kv heads do not match the cache's {}",
+                   shape.n_heads, shape.head_dim, shape.n_kv_heads, kv_dim);
+    if (cache.k(layer).device() != Device::cuda || !cache.device_positions().defined())
+      return error(StatusCode::invalid_argument, "attention: the KV cache is on {}, the backend on cuda",
+                   device_name(cache.k(layer).device()));
+    const float* freq = nullptr;
+    if (rot != nullptr) {
+      LITHE_ASSIGN(freq, rope_freqs(*rot->table));
+    }
+    const int32_t n_kv = static_cast<int32_t>(cache.size());
+    LITHE_ASSIGN(const void* dslots, steps_->stage(slots, static_cast<size_t>(m) * sizeof(int64_t)));
+    LITHE_ASSIGN(const void* dqpos, steps_->stage(q_pos, static_cast<size_t>(m) * sizeof(int32_t)));
+    LITHE_ASSIGN(const void* dnkv, steps_->stage(&n_kv, sizeof(int32_t)));
+    const cuda::KvType kt = cache.dtype() == DType::f16 ? cuda::KvType::f16 : cuda::KvType::f32;
+    int32_t* kv_pos = cache.device_positions().data_as<int32_t>();
+    cuda::AttentionParams p;
+    p.q = q.data_as<float>();
+    p.q_pos = static_cast<const int32_t*>(dqpos);
+    p.n_q = m;
+    p.k = cache.k(layer).data();
+    p.v = cache.v(layer).data();
+    p.kv = kt;
+    p.kv_pos = kv_pos;
+    p.n_kv = static_cast<const int32_t*>(dnkv);
+    p.kv_capacity = cache.capacity();
+    p.kv_stride = kv_dim;
+    p.n_heads = shape.n_heads;
+    p.n_kv_heads = shape.n_kv_heads;
+    p.head_dim = shape.head_dim;
+    p.scale = shape.scale;
+    p.out = out.data_as<float>();
+    size_t work_bytes = 0;
+    if (m <= cuda::kDecodeMaxQueries) work_bytes = cuda::attention_decode_work_bytes(p);
+    void* work = nullptr;
+    if (work_bytes > 0) {  // its merge counters must start at zero (cuda_ops.h)
+      LITHE_ASSIGN(work, attn_ws_.get(work_bytes, stream_));
+    }
+    if (steps_->replaying()) return Status::ok();
+    // Positions are written with layer 0's K/V (every layer shares them).
+    int32_t* pos_out = layer == 0 ? kv_pos : nullptr;
+    if (rot != nullptr) {
+      cuda::RopeKvArgs r;
+      r.q = rot->q;
+      r.k = rot->k;
+      r.v = v.data_as<float>();
+      r.m = m;
+      r.n_heads = shape.n_heads;
+      r.n_kv_heads = shape.n_kv_heads;
+      r.head_dim = shape.head_dim;
+      r.pos = static_cast<const int32_t*>(dqpos);
+      r.inv_freq = freq;
+      r.rot_dim = rot->table->rot_dim;
+      r.mode = rot->style == cpu::RopeStyle::interleaved ? cuda::RopeMode::interleaved : cuda::RopeMode::half;
+      r.slots = static_cast<const int64_t*>(dslots);
+      r.k_cache = cache.k(layer).data();
+      r.v_cache = cache.v(layer).data();
+      r.kv = kt;
+      r.kv_pos = pos_out;
+      LITHE_TRY(cuda::rope_kv_store(r, stream_));
+    } else {
+      LITHE_TRY(cuda::kv_store(k.data_as<float>(), v.data_as<float>(), m, kv_dim, static_cast<const int64_t*>(dslots),
+                               static_cast<const int32_t*>(dqpos), cache.k(layer).data(), cache.v(layer).data(), kt,
+                               pos_out, stream_));
+    }
+    if (m <= cuda::kDecodeMaxQueries) return cuda::attention_decode(p, work, stream_);
+    return cuda::attention_prefill(p, n_kv, stream_);
   }
 
   cuda::DeviceInfo info_;

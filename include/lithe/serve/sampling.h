@@ -1,0 +1,20 @@
+// Token sampling with OpenAI's semantics, fast enough to run once per sequence per batched step:
+// presence/frequency penalties over the generated tokens, then temperature, then nucleus (top_p)
+// over the tempered distribution (lithe::Sampler follows llama.cpp's order instead, and sorts the
+// whole vocabulary when top-k is off). temperature 0 is greedy. Only the candidates that top_p
+// keeps are sorted; with top_p = 1 nothing is.
+#pragma once
+
+#include <random>
+#include <span>
+#include <vector>
+
+#include "lithe/decode/sampler.h"
+
+namespace lithe::serve {
+
+// logits: one row (modified in place by the penalties). scratch is reused between calls.
+int32_t sample_token(std::span<float> logits, const SamplingParams& p, std::span<const int32_t> generated,
+                     std::mt19937_64& rng, std::vector<std::pair<float, int32_t>>& scratch);
+
+}  // namespace lithe::serve

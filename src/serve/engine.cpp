@@ -1,0 +1,422 @@
+#include "lithe/serve/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "lithe/core/log.h"
+#include "lithe/core/thread_pool.h"
+#include "lithe/decode/text_stream.h"
+#include "lithe/serve/sampling.h"
+
+namespace lithe::serve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+Status EngineOptions::validate() const {
+  if (max_batch < 1) return error(StatusCode::invalid_argument, "--max-batch {} must be >= 1", max_batch);
+  if (batch_tokens < 1) return error(StatusCode::invalid_argument, "--batch-tokens {} must be >= 1", batch_tokens);
+  if (ctx < 2) return error(StatusCode::invalid_argument, "--ctx {} must be >= 2", ctx);
+  if (block_size < 1) return error(StatusCode::invalid_argument, "--block-size {} must be >= 1", block_size);
+  if (kv_blocks < 0) return error(StatusCode::invalid_argument, "--kv-blocks {} must be >= 0 (0: default)", kv_blocks);
+  if (min_rows < 0 || min_rows > 64) return error(StatusCode::invalid_argument, "min_rows {} must be in [0, 64]", min_rows);
+  return Status::ok();
+}
+
+int64_t EngineOptions::pool_blocks() const {
+  if (kv_blocks > 0) return kv_blocks;
+  const int64_t per_seq = (std::max<int64_t>(ctx / 4, 1) + block_size - 1) / block_size;
+  return std::max(max_batch * per_seq, (ctx + block_size - 1) / block_size);  // at least one full context
+}
+
+// ---- RequestHandle ----
+
+bool RequestHandle::next(Event& ev, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return false;
+  ev = std::move(events_.front());
+  events_.pop_front();
+  return true;
+}
+
+void RequestHandle::cancel() { cancelled_ = true; }
+
+void RequestHandle::push(Event ev) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::move(ev));
+  }
+  cv_.notify_all();
+}
+
+// ---- Engine ----
+
+struct Engine::Seq {
+  uint64_t id = 0;  // arrival order
+  std::shared_ptr<RequestHandle> handle;
+  GenRequest req;
+  std::vector<int32_t> tokens;  // prompt + generated; tokens[n_cached..] still to run
+  int64_t n_cached = 0;         // tokens whose K/V are in the cache
+  std::vector<int32_t> blocks;  // KV block table (ids from the pool)
+  std::optional<KvCache> cache;  // while admitted
+  std::optional<std::mt19937_64> rng;  // seeded once; kept through preemption
+  std::vector<std::pair<float, int32_t>> scratch;
+  std::optional<TextStream> text;
+  Clock::time_point arrival, last_token;
+  int64_t generated() const { return static_cast<int64_t>(tokens.size() - req.prompt.size()); }
+  // Tokens this iteration runs (set by the planner).
+  int64_t chunk = 0;
+};
+
+Engine::Engine(Model& model, const EngineOptions& options, Metrics& metrics)
+    : model_(model), opts_(options), metrics_(metrics), blocks_(options.pool_blocks(), options.block_size) {
+  metrics_.kv_blocks_total = blocks_.num_blocks();
+  metrics_.kv_blocks_free = blocks_.num_free();
+  if (opts_.min_rows > 0) {
+    auto c = model_.new_cache(opts_.min_rows, opts_.kv_dtype);
+    if (c) pad_cache_.emplace(std::move(*c));
+    else log::warn("serve: no cache for the padding rows ({}): batches are not padded", c.status().to_string());
+    pad_ids_.assign(static_cast<size_t>(opts_.min_rows), 0);
+    for (int32_t i = 0; i < static_cast<int32_t>(opts_.min_rows); ++i) pad_pos_.push_back(i);
+  }
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() { stop(); }
+
+Status Engine::check(const GenRequest& req) const {
+  const auto p = static_cast<int64_t>(req.prompt.size());
+  if (p == 0) return error(StatusCode::invalid_argument, "the prompt encodes to no tokens: send some text");
+  if (req.max_tokens < 1) return error(StatusCode::invalid_argument, "max_tokens {} must be >= 1", req.max_tokens);
+  if (p + req.max_tokens > opts_.ctx)
+    return error(StatusCode::invalid_argument,
+                 "this model's context is {} tokens, but {} were asked ({} in the prompt + {} max_tokens): shorten the "
+                 "prompt or lower max_tokens",
+                 opts_.ctx, p + req.max_tokens, p, req.max_tokens);
+  const int64_t need = blocks_.blocks_for(p + req.max_tokens);
+  if (need > blocks_.num_blocks())
+    return error(StatusCode::invalid_argument,
+                 "the request needs {} KV blocks of {} tokens but the server's pool has {}: lower max_tokens (or start "
+                 "the server with more --kv-blocks)",
+                 need, blocks_.block_size(), blocks_.num_blocks());
+  return req.sampling.validate();
+}
+
+Result<std::shared_ptr<RequestHandle>> Engine::submit(GenRequest req) {
+  LITHE_TRY(check(req));
+  auto s = std::make_unique<Seq>();
+  s->handle = std::make_shared<RequestHandle>();
+  s->tokens = req.prompt;
+  s->req = std::move(req);
+  s->arrival = Clock::now();
+  auto handle = s->handle;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return error(StatusCode::unsupported, "the server is shutting down: retry on another instance");
+    if (static_cast<int64_t>(incoming_.size()) + metrics_.queue_depth.load() >= opts_.max_queue)
+      return error(StatusCode::unsupported, "the server is overloaded ({} requests queued): retry later",
+                   opts_.max_queue);
+    s->id = next_id_++;
+    incoming_.push_back(std::move(s));
+  }
+  cv_.notify_all();
+  return handle;
+}
+
+void Engine::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::take_incoming() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!incoming_.empty()) {
+    waiting_.push_back(std::move(incoming_.front()));
+    incoming_.pop_front();
+  }
+}
+
+void Engine::loop() {
+  for (;;) {
+    take_incoming();
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (stopping_) break;
+      if (running_.empty() && waiting_.empty()) {
+        cv_.wait(lock, [&] { return stopping_ || !incoming_.empty(); });
+        continue;
+      }
+    }
+    step();
+  }
+  take_incoming();
+  Event ev;
+  ev.done = true;
+  ev.finish_reason = "error";
+  ev.error = "the server is shutting down";
+  for (auto& s : running_) finish(*s, ev);
+  for (auto& s : waiting_) finish(*s, ev);
+  running_.clear();
+  waiting_.clear();
+}
+
+void Engine::finish(Seq& s, Event ev) {
+  blocks_.release(s.blocks);
+  s.cache.reset();
+  metrics_.kv_blocks_free = blocks_.num_free();  // before the client hears of it
+  ev.done = true;
+  ev.prompt_tokens = static_cast<int64_t>(s.req.prompt.size());
+  ev.completion_tokens = s.generated();
+  if (ev.finish_reason == "cancelled") ++metrics_.cancelled;
+  metrics_.request_duration.observe(seconds(Clock::now() - s.arrival));
+  s.handle->push(std::move(ev));
+}
+
+void Engine::preempt(std::vector<std::unique_ptr<Seq>>::iterator it) {
+  Seq& s = **it;
+  blocks_.release(s.blocks);
+  s.cache.reset();
+  s.n_cached = 0;  // recomputed from its tokens (prompt + generated) when readmitted
+  s.chunk = 0;
+  ++metrics_.preemptions;
+  log::debug("serve: preempting request {} ({} tokens) for KV blocks", s.id, s.tokens.size());
+  auto pos = std::lower_bound(waiting_.begin(), waiting_.end(), s.id,
+                              [](const std::unique_ptr<Seq>& w, uint64_t id) { return w->id < id; });
+  waiting_.insert(pos, std::move(*it));
+  running_.erase(it);
+}
+
+bool Engine::step() {
+  // Cancelled requests (client gone) leave first.
+  auto drop_cancelled = [this](auto& list) {
+    for (auto it = list.begin(); it != list.end();) {
+      if ((*it)->handle->cancelled()) {
+        Event ev;
+        ev.finish_reason = "cancelled";
+        finish(**it, std::move(ev));
+        it = list.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  };
+  drop_cancelled(running_);
+  drop_cancelled(waiting_);
+
+  // 1. One token for every decoding sequence (oldest first); preempt the youngest for blocks.
+  int64_t budget = opts_.batch_tokens;
+  for (size_t i = 0; i < running_.size();) {
+    Seq& s = *running_[i];
+    s.chunk = 0;
+    const auto todo = static_cast<int64_t>(s.tokens.size()) - s.n_cached;
+    if (todo != 1) {  // still prefilling: planned below
+      ++i;
+      continue;
+    }
+    const int64_t extra = blocks_.blocks_for(s.n_cached + 1) - static_cast<int64_t>(s.blocks.size());
+    bool self_preempted = false;
+    while (extra > blocks_.num_free()) {
+      const bool self = running_.size() - 1 == i;
+      preempt(running_.end() - 1);
+      if (self) {
+        self_preempted = true;
+        break;
+      }
+    }
+    if (self_preempted) break;  // it was the youngest: every older one is planned
+    blocks_.allocate(extra, s.blocks);
+    s.chunk = 1;
+    --budget;
+    ++i;
+  }
+  // 2. Prompt chunks of sequences already prefilling, then admissions, within the token budget.
+  auto plan_chunk = [&](Seq& s) -> int64_t {
+    const int64_t todo = static_cast<int64_t>(s.tokens.size()) - s.n_cached;
+    const int64_t room = static_cast<int64_t>(s.blocks.size() + blocks_.num_free()) * blocks_.block_size() - s.n_cached;
+    return std::max<int64_t>(0, std::min({todo, budget, room}));
+  };
+  for (auto& sp : running_) {
+    Seq& s = *sp;
+    if (s.chunk > 0 || budget <= 0) continue;
+    s.chunk = plan_chunk(s);
+    blocks_.allocate(blocks_.blocks_for(s.n_cached + s.chunk) - static_cast<int64_t>(s.blocks.size()), s.blocks);
+    budget -= s.chunk;
+  }
+  while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < opts_.max_batch) {
+    Seq& s = *waiting_.front();
+    const int64_t chunk = plan_chunk(s);
+    // Admit only when the whole chunk fits (or the prompt is done): otherwise wait for blocks.
+    if (chunk == 0 || (chunk < budget && chunk < static_cast<int64_t>(s.tokens.size()))) break;
+    auto cache = model_.new_cache(static_cast<int64_t>(s.req.prompt.size()) + s.req.max_tokens, opts_.kv_dtype);
+    if (!cache) {
+      if (!running_.empty()) break;  // memory may come back when others finish
+      Event ev;
+      ev.finish_reason = "error";
+      ev.error = cache.status().message();
+      finish(s, std::move(ev));
+      waiting_.pop_front();
+      continue;
+    }
+    s.cache.emplace(std::move(*cache));
+    if (!s.rng) {  // first admission (a preempted sequence keeps its generator and text state)
+      s.rng.emplace(s.req.sampling.seed);
+      s.text.emplace(model_.tokenizer(), s.req.stop);
+    }
+    s.chunk = chunk;
+    blocks_.allocate(blocks_.blocks_for(chunk), s.blocks);
+    budget -= chunk;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  metrics_.queue_depth = static_cast<int64_t>(waiting_.size());
+  metrics_.running = static_cast<int64_t>(running_.size());
+  metrics_.kv_blocks_free = blocks_.num_free();
+
+  // 3. One forward pass over every planned sequence.
+  std::vector<SequenceInput> batch;
+  std::vector<Seq*> in_batch;
+  std::vector<std::vector<int32_t>> positions;
+  positions.reserve(running_.size());
+  int64_t n_tokens = 0;
+  for (auto& sp : running_) {
+    Seq& s = *sp;
+    if (s.chunk == 0) continue;
+    std::vector<int32_t> pos(static_cast<size_t>(s.chunk));
+    for (int64_t i = 0; i < s.chunk; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(s.n_cached + i);
+    positions.push_back(std::move(pos));
+    batch.push_back({&*s.cache, std::span<const int32_t>(s.tokens.data() + s.n_cached, static_cast<size_t>(s.chunk)),
+                     positions.back(), false});
+    in_batch.push_back(&s);
+    n_tokens += s.chunk;
+  }
+  if (batch.empty()) return false;
+  if (pad_cache_ && n_tokens < opts_.min_rows) {  // dummy rows (see EngineOptions::min_rows)
+    const auto pad = static_cast<size_t>(opts_.min_rows - n_tokens);
+    pad_cache_->clear();
+    batch.push_back({&*pad_cache_, std::span<const int32_t>(pad_ids_.data(), pad),
+                     std::span<const int32_t>(pad_pos_.data(), pad), false});
+  }
+  ++metrics_.iterations;
+  metrics_.batch_size.observe(static_cast<double>(in_batch.size()));
+  metrics_.batch_tokens.observe(static_cast<double>(n_tokens));
+  Status st = model_.forward(batch, logits_);
+  if (!st.is_ok()) {
+    log::error("serve: forward pass of {} sequences failed: {}", in_batch.size(), st.to_string());
+    for (Seq* s : in_batch) {
+      Event ev;
+      ev.finish_reason = "error";
+      ev.error = st.message();
+      finish(*s, std::move(ev));
+    }
+    std::erase_if(running_, [&](const auto& sp) { return sp->chunk > 0; });
+    return true;
+  }
+
+  // 4. Sample where the whole input is cached: the draws in parallel, the text in order.
+  const auto vocab = static_cast<size_t>(model_.config().vocab_size);
+  std::vector<size_t> to_sample;
+  for (size_t b = 0; b < in_batch.size(); ++b) {
+    Seq& s = *in_batch[b];
+    s.n_cached += s.chunk;
+    if (s.n_cached < static_cast<int64_t>(s.req.prompt.size())) metrics_.prompt_tokens += static_cast<uint64_t>(s.chunk);
+    if (s.n_cached == static_cast<int64_t>(s.tokens.size())) to_sample.push_back(b);
+  }
+  std::vector<Event> events(in_batch.size());
+  global_pool().parallel_for(static_cast<int64_t>(to_sample.size()), 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const size_t b = to_sample[static_cast<size_t>(i)];
+      sample(*in_batch[b], std::span<float>(logits_.data() + b * vocab, vocab), events[b]);
+    }
+  });
+  const auto now = Clock::now();
+  for (size_t b : to_sample) {
+    Seq& s = *in_batch[b];
+    Event& ev = events[b];
+    const int32_t id = s.tokens.back();
+    ++metrics_.generated_tokens;
+    if (s.generated() == 1) metrics_.ttft.observe(seconds(now - s.arrival));
+    else metrics_.inter_token.observe(seconds(now - s.last_token));
+    s.last_token = now;
+    bool done = false;
+    if (model_.tokenizer().is_eog(id)) {
+      ev.finish_reason = "stop";
+      done = true;
+    } else {
+      auto piece = s.text->feed(id);
+      if (!piece) {
+        ev.finish_reason = "error";
+        ev.error = piece.status().message();
+        done = true;
+      } else {
+        ev.text = std::move(piece->text);
+        if (piece->stopped) {
+          ev.finish_reason = "stop";
+          done = true;
+        }
+      }
+    }
+    if (!done && s.generated() >= s.req.max_tokens) {
+      ev.finish_reason = "length";
+      done = true;
+    }
+    if (done) {
+      if (ev.finish_reason != "stop" || model_.tokenizer().is_eog(id)) ev.text += s.text->flush();
+      finish(s, std::move(ev));
+      s.chunk = -1;  // marks it for removal
+    } else {
+      s.handle->push(std::move(ev));
+    }
+  }
+  std::erase_if(running_, [](const auto& sp) { return sp->chunk < 0; });
+  metrics_.running = static_cast<int64_t>(running_.size());
+  metrics_.kv_blocks_free = blocks_.num_free();
+  return true;
+}
+
+// Runs on a pool thread: touches only this sequence's generator, tokens and its logits row.
+void Engine::sample(Seq& s, std::span<float> row, Event& ev) {
+  double lse = 0;
+  std::vector<float> raw;
+  if (s.req.top_logprobs >= 0) {  // log-probabilities of the model's own distribution (before penalties)
+    raw.assign(row.begin(), row.end());
+    const float mx = *std::max_element(raw.begin(), raw.end());
+    double sum = 0;
+    for (float l : raw) sum += std::exp(static_cast<double>(l - mx));
+    lse = static_cast<double>(mx) + std::log(sum);
+  }
+  const std::span<const int32_t> generated(s.tokens.data() + s.req.prompt.size(),
+                                           s.tokens.size() - s.req.prompt.size());
+  const int32_t id = sample_token(row, s.req.sampling, generated, *s.rng, s.scratch);
+  s.tokens.push_back(id);
+  if (s.req.top_logprobs < 0) return;
+  const Tokenizer& tok = model_.tokenizer();
+  auto piece = [&tok](int32_t t) {
+    auto p = tok.token_to_piece(t);
+    return p ? *p : std::string();
+  };
+  TokenLogprob lp;
+  lp.token = piece(id);
+  lp.logprob = static_cast<double>(raw[static_cast<size_t>(id)]) - lse;
+  const auto k = static_cast<size_t>(std::min<int64_t>(s.req.top_logprobs, static_cast<int64_t>(raw.size())));
+  if (k > 0) {
+    std::vector<int32_t> ids(raw.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<long>(k), ids.end(), [&raw](int32_t a, int32_t b) {
+      return raw[static_cast<size_t>(a)] > raw[static_cast<size_t>(b)] ||
+             (raw[static_cast<size_t>(a)] == raw[static_cast<size_t>(b)] && a < b);
+    });
+    for (size_t i = 0; i < k; ++i)
+      lp.top.emplace_back(piece(ids[i]), static_cast<double>(raw[static_cast<size_t>(ids[i])]) - lse);
+  }
+  ev.logprobs.push_back(std::move(lp));
+}
+
+}  // namespace lithe::serve

@@ -1,0 +1,64 @@
+// lithe serve -m MODEL [--host H] [--port P] [--max-batch N] [--ctx N] [--api-key KEY] ...:
+// an OpenAI-compatible HTTP server with continuous batching (see include/lithe/serve/).
+#include <filesystem>
+
+#include "command.h"
+#include "lithe/serve/server.h"
+#include "model_options.h"
+
+namespace lithe::cli {
+namespace {
+
+struct Options {
+  ModelOptions model;
+  serve::ServerOptions server;
+  int64_t max_body_kib = 1024;
+  bool batch_invariant = true;
+};
+
+Status run(Options& o) {
+  LITHE_ASSIGN(auto model, o.model.load());
+  o.server.engine.ctx = o.model.ctx;
+  LITHE_ASSIGN(o.server.engine.kv_dtype, o.model.kv_dtype());
+  // Dummy rows keep the CPU kernels on one summation order (serve::EngineOptions::min_rows).
+  o.server.engine.min_rows = o.batch_invariant && model->backend().device() == Device::cpu ? 5 : 0;
+  o.server.max_body_bytes = static_cast<size_t>(o.max_body_kib) * 1024;
+  if (o.server.model_id.empty()) o.server.model_id = std::filesystem::path(o.model.model).filename().replace_extension().string();
+  if (o.server.api_key.empty())
+    if (const char* k = std::getenv("LITHE_API_KEY")) o.server.api_key = k;
+  return serve::serve(*model, o.server);
+}
+
+void setup(CLI::App& sub, Runner& runner) {
+  auto o = std::make_shared<Options>();
+  o->model.add(sub, 2048);
+  auto& s = o->server;
+  sub.add_option("--host", s.host, "address to listen on (0.0.0.0: every interface)")->capture_default_str();
+  sub.add_option("--port", s.port, "TCP port (0: any free port, printed on start)")->capture_default_str()->check(
+      CLI::Range(0, 65535));
+  sub.add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' on /v1/* (or set LITHE_API_KEY)");
+  sub.add_option("--model-name", s.model_id, "the model id clients send (default: the file name without extension)");
+  sub.add_option("--max-batch", s.engine.max_batch, "sequences batched at once")->capture_default_str()->check(
+      CLI::Range(int64_t{1}, int64_t{4096}));
+  sub.add_option("--batch-tokens", s.engine.batch_tokens, "tokens per forward pass (prompt chunks fill it)")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  sub.add_option("--block-size", s.engine.block_size, "tokens per KV block")->capture_default_str()->check(
+      CLI::Range(int64_t{1}, int64_t{4096}));
+  sub.add_option("--kv-blocks", s.engine.kv_blocks, "KV blocks in the pool (0: max-batch x ctx/4 tokens' worth)")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  sub.add_option("--max-queue", s.engine.max_queue, "waiting requests before answering 503")->capture_default_str();
+  sub.add_option("--http-threads", s.http_threads, "connections served at once")->capture_default_str()->check(
+      CLI::Range(4, 4096));
+  sub.add_option("--max-body-kib", o->max_body_kib, "largest request body in KiB")->capture_default_str()->check(
+      CLI::Range(int64_t{1}, int64_t{1} << 20));
+  sub.add_flag("--batch-invariant,!--no-batch-invariant", o->batch_invariant,
+               "cpu: pad small batches to 5 rows so a request's text does not depend on the requests batched with it "
+               "(default on; off is faster for one stream)");
+  runner = [o] { return run(*o); };
+}
+
+}  // namespace
+
+LITHE_COMMAND(serve, "Serve the model over an OpenAI-compatible HTTP API with continuous batching", setup);
+
+}  // namespace lithe::cli

@@ -98,6 +98,7 @@ Result<PerplexityResult> perplexity(Model& model, const std::string& text, const
 
   LITHE_ASSIGN(KvCache cache, model.new_cache(r.ctx, o.kv_dtype));
   std::vector<float> logits, lp, base_lp(static_cast<size_t>(vocab));
+  std::vector<int32_t> targets;
   std::vector<uint16_t> half(static_cast<size_t>(vocab));
   double nll_sum = 0, base_nll_sum = 0, kld_sum = 0;
   int64_t agree = 0;
@@ -109,7 +110,19 @@ Result<PerplexityResult> perplexity(Model& model, const std::string& text, const
     int64_t win_n = 0;
     for (int64_t c0 = 0; c0 < r.ctx; c0 += o.batch) {
       const int64_t n = std::min(o.batch, r.ctx - c0);
-      LITHE_TRY(model.forward(cache, std::span<const int32_t>(win.data() + c0, static_cast<size_t>(n)), true, logits));
+      const std::span<const int32_t> chunk(win.data() + c0, static_cast<size_t>(n));
+      if (!save && !base) {  // only the next tokens' log-probabilities leave the backend
+        targets.assign(static_cast<size_t>(n), -1);
+        for (int64_t j = std::max(c0, first); j < c0 + n && j + 1 < r.ctx; ++j)
+          targets[static_cast<size_t>(j - c0)] = win[static_cast<size_t>(j + 1)];
+        LITHE_TRY(model.forward_logprobs(cache, chunk, targets, lp));
+        for (int64_t j = std::max(c0, first); j < c0 + n && j + 1 < r.ctx; ++j) {
+          win_nll -= static_cast<double>(lp[static_cast<size_t>(j - c0)]);
+          ++win_n;
+        }
+        continue;
+      }
+      LITHE_TRY(model.forward(cache, chunk, true, logits));
       for (int64_t j = std::max(c0, first); j < c0 + n && j + 1 < r.ctx; ++j) {
         const float* row = logits.data() + (j - c0) * vocab;
         const int32_t next = win[static_cast<size_t>(j + 1)];

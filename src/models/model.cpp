@@ -206,6 +206,18 @@ Status Model::forward_top_k(KvCache& cache, std::span<const int32_t> tokens, int
   return forward_top_k(std::span<const SequenceInput>(&in, 1), k, vals, ids);
 }
 
+Status Model::forward_logprobs(KvCache& cache, std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                               std::vector<float>& out) {
+  if (targets.size() != tokens.size())
+    return error(StatusCode::invalid_argument, "forward_logprobs: {} targets for {} tokens", targets.size(),
+                 tokens.size());
+  const std::vector<int32_t> pos = next_positions(cache, tokens.size());
+  SequenceInput in{&cache, tokens, pos, true};
+  LITHE_ASSIGN(int64_t rows, forward_device(std::span<const SequenceInput>(&in, 1)));
+  out.resize(static_cast<size_t>(rows));
+  return backend_->token_logprobs(logits_, rows, targets.data(), out.data());
+}
+
 Status Model::forward(std::span<const SequenceInput> batch, std::vector<float>& logits) {
   LITHE_ASSIGN(int64_t rows, forward_device(batch));
   logits.resize(static_cast<size_t>(rows * config_.vocab_size));

@@ -1,6 +1,7 @@
 // The default fused ops of the Backend interface (compositions of its primitives), and
 // make_backend.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -62,19 +63,45 @@ Status Backend::rope_attention(KvCache& cache, int64_t layer, Tensor& q, Tensor&
   return attention(cache, layer, q, k, v, m, q_pos, slots, shape, out);
 }
 
+Result<const float*> Backend::host_rows(const Tensor& logits, int64_t rows, std::vector<float>& copy,
+                                         const char* what) {
+  const int64_t vocab = logits.dim(1);
+  if (logits.device() == Device::cpu) {  // host rows are read in place
+    LITHE_TRY(check_activation(logits, Device::cpu, rows, vocab, what));
+    return logits.data_as<float>();
+  }
+  copy.resize(static_cast<size_t>(rows * vocab));  // device rows come to the host
+  LITHE_TRY(to_host(logits, rows, copy.data()));
+  return copy.data();
+}
+
+float target_logprob(const float* row, int64_t n, int32_t target) {
+  const float mx = *std::max_element(row, row + n);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(row[i] - mx));
+  const float lse = static_cast<float>(std::log(sum)) + mx;
+  return row[target] - lse;
+}
+
+Status Backend::token_logprobs(const Tensor& logits, int64_t rows, const int32_t* targets, float* out) {
+  const int64_t vocab = logits.dim(1);
+  std::vector<float> copy;
+  LITHE_ASSIGN(const float* all, host_rows(logits, rows, copy, "token_logprobs logits"));
+  for (int64_t r = 0; r < rows; ++r) {
+    if (targets[r] >= vocab)
+      return error(StatusCode::invalid_argument, "token_logprobs: target {} of row {} is outside the vocabulary {}",
+                   targets[r], r, vocab);
+    out[r] = targets[r] < 0 ? 0.0f : target_logprob(all + r * vocab, vocab, targets[r]);
+  }
+  return Status::ok();
+}
+
 Status Backend::top_k(const Tensor& logits, int64_t rows, int k, float* vals, int32_t* ids) {
   const int64_t vocab = logits.dim(1);
   if (k <= 0 || k > vocab)
     return error(StatusCode::invalid_argument, "top_k: k = {} must be in 1..{} (the vocabulary)", k, vocab);
-  std::vector<float> copy;  // device logits come to the host; host ones are read in place
-  const float* all = logits.data_as<float>();
-  if (logits.device() != Device::cpu) {
-    copy.resize(static_cast<size_t>(rows * vocab));
-    LITHE_TRY(to_host(logits, rows, copy.data()));
-    all = copy.data();
-  } else {
-    LITHE_TRY(check_activation(logits, Device::cpu, rows, vocab, "top_k logits"));
-  }
+  std::vector<float> copy;
+  LITHE_ASSIGN(const float* all, host_rows(logits, rows, copy, "top_k logits"));
   std::vector<int32_t> order(static_cast<size_t>(vocab));
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = all + r * vocab;

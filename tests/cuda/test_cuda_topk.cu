@@ -16,6 +16,7 @@
 
 #include "lithe/core/buffer.h"
 #include "lithe/kernels/cuda_ops.h"
+#include "lithe/runtime/backend.h"
 
 using namespace lithe;
 
@@ -221,4 +222,36 @@ TEST(CudaTopKArgs, BadArgumentsAreStatusesNamingTheValue) {
   expect_bad(cuda::top_k(p, 1, -7, 5, p, ip, nullptr), "-7");
   expect_bad(cuda::top_k(nullptr, 1, 1000, 5, p, ip, nullptr), "null");
   EXPECT_TRUE(cuda::top_k(nullptr, 0, 1000, 5, nullptr, nullptr, nullptr).is_ok());
+}
+
+// cuda::token_logprobs (logprob.cu) against the host reference target_logprob (backend.h) on rows
+// of realistic logits (and one with a huge spread), negative targets giving 0.
+TEST(CudaLogprob, MatchesHostReference) {
+  std::mt19937 rng(5);
+  for (int64_t vocab : {int64_t{1001}, int64_t{49152}, int64_t{128256}}) {
+    const int64_t rows = 37;
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    std::vector<float> logits(static_cast<size_t>(rows * vocab));
+    for (auto& x : logits) x = nd(rng);
+    for (int64_t i = 0; i < vocab; i += 97) logits[static_cast<size_t>(vocab + i)] = 80.0f;  // row 1: spread
+    std::vector<int32_t> targets(static_cast<size_t>(rows));
+    for (auto& t : targets) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+    targets[3] = -1;
+    Dev<float> dl(logits.size()), dout(static_cast<size_t>(rows));
+    Dev<int32_t> dt(targets.size());
+    dl.put(logits);
+    dt.put(targets);
+    ASSERT_TRUE(cuda::token_logprobs(dl.get(), rows, vocab, dt.get(), dout.get(), nullptr).is_ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto got = dout.host();
+    for (int64_t r = 0; r < rows; ++r) {
+      const float want = targets[static_cast<size_t>(r)] < 0
+                             ? 0.0f
+                             : target_logprob(logits.data() + r * vocab, vocab, targets[static_cast<size_t>(r)]);
+      EXPECT_NEAR(got[static_cast<size_t>(r)], want, 1e-4f * std::max(1.0f, std::fabs(want)))
+          << "vocab " << vocab << " row " << r;
+    }
+  }
+  EXPECT_FALSE(cuda::token_logprobs(nullptr, 1, 10, nullptr, nullptr, nullptr).is_ok());
+  EXPECT_FALSE(cuda::token_logprobs(nullptr, 1, 0, nullptr, nullptr, nullptr).is_ok());
 }

@@ -4,6 +4,8 @@
 // (safetensors, f16 weights, rotate-half RoPE); last-position logits NMSE <= 1e-6.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "test_tmp.h"
 #include <nlohmann/json.hpp>
 
@@ -45,6 +47,30 @@ TEST_P(ModelFamily, MatchesTransformers) {
   std::printf("%s: NMSE %.3e\n", GetParam(), num / den);
   EXPECT_LE(num / den, 1e-6);
   EXPECT_EQ(std::max_element(got.begin(), got.end()) - got.begin(), golden["argmax"].back().get<long>());
+
+  // forward_logprobs (what perplexity uses) equals log-softmax of every row of forward's logits.
+  const int64_t vocab = (*m)->config().vocab_size;
+  std::vector<int32_t> targets(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) targets[i] = i + 1 < ids.size() ? ids[i + 1] : -1;
+  std::vector<float> all, lp;
+  cache->clear();
+  ASSERT_TRUE((*m)->forward(*cache, ids, true, all).is_ok());
+  cache->clear();
+  ASSERT_TRUE((*m)->forward_logprobs(*cache, ids, targets, lp).is_ok());
+  ASSERT_EQ(lp.size(), ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const float* row = all.data() + static_cast<int64_t>(i) * vocab;
+    double sum = 0;
+    const float mx = *std::max_element(row, row + vocab);
+    for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
+    const double want_lp = targets[i] < 0 ? 0.0 : row[targets[i]] - mx - std::log(sum);
+    EXPECT_NEAR(lp[i], want_lp, 1e-5) << "row " << i;
+  }
+  EXPECT_FALSE((*m)->forward_logprobs(*cache, ids, std::vector<int32_t>(1, 0), lp).is_ok());  // sizes differ
+  targets[0] = static_cast<int32_t>(vocab);
+  cache->clear();
+  const Status bad = (*m)->forward_logprobs(*cache, ids, targets, lp);
+  EXPECT_NE(bad.message().find("outside the vocabulary"), std::string::npos) << bad.to_string();
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ModelFamily, ::testing::Values("llama3", "mistral", "qwen2"));

@@ -144,4 +144,10 @@ Status fill_uniform(void* dst, WeightType t, int64_t n, uint64_t seed, float cen
 inline constexpr int kTopKMax = 256;
 Status top_k(const float* logits, int64_t rows, int64_t vocab, int k, float* vals, int32_t* ids, Stream s);
 
+// ---- scoring (logprob.cu) -------------------------------------------------------------------------
+// out[r] = log_softmax(logits[r])[targets[r]] for rows of logits [rows][vocab] (device; targets and
+// out device too); a negative target gives 0. The softmax sum is accumulated in double.
+Status token_logprobs(const float* logits, int64_t rows, int64_t vocab, const int32_t* targets, float* out,
+                      Stream s);
+
 }  // namespace lithe::cuda

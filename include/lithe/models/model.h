@@ -99,6 +99,10 @@ class Model {
                        std::vector<int32_t>& ids);
   Status forward_top_k(KvCache& cache, std::span<const int32_t> tokens, int k, std::vector<float>& vals,
                        std::vector<int32_t>& ids);
+  // One sequence's tokens, every row scored: out[i] = log p(targets[i] | tokens[..i]) (a negative
+  // target gives 0). Only these floats leave the backend (perplexity on a GPU).
+  Status forward_logprobs(KvCache& cache, std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                          std::vector<float>& out);
   // A model with `config`'s shapes and uniform random weights of `dtype` made on the device (no
   // file, no tokenizer): for measuring speed at real sizes without real weights.
   static Result<std::unique_ptr<Model>> synthetic(const ModelConfig& config, DType dtype, Device device,

@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "lithe/core/tensor.h"
 #include "lithe/kernels/cpu.h"
@@ -31,6 +32,10 @@ struct InputNorm {
   float eps = 0;
   Tensor* scratch = nullptr;
 };
+
+// log_softmax(row)[target] over a host row of n logits: the reference every backend's
+// token_logprobs matches (max, then the sum of exp(x - max) in double).
+float target_logprob(const float* row, int64_t n, int32_t target);
 
 class Backend {
  public:
@@ -87,6 +92,10 @@ class Backend {
   // The k largest logits of each of `rows` rows with their ids (value descending, ties by smaller
   // id), into host arrays [rows][k]. Lets a device reduce the vocabulary before anything is copied.
   virtual Status top_k(const Tensor& logits, int64_t rows, int k, float* vals, int32_t* ids);
+  // out[r] = log_softmax(logits row r)[targets[r]] (host arrays of `rows`; a negative target
+  // gives 0): perplexity without copying whole rows off a device. The softmax sum is accumulated
+  // in double, as target_logprob does.
+  virtual Status token_logprobs(const Tensor& logits, int64_t rows, const int32_t* targets, float* out);
   // Fills a tensor of this backend with uniform values in center +- scale from `seed` (synthetic
   // models of real shapes, for benchmarks).
   virtual Status fill_random(Tensor& t, uint64_t seed, float center, float scale);
@@ -104,6 +113,11 @@ class Backend {
     (void)run;
     return Status::ok();
   }
+
+ protected:
+  // The first `rows` rows of f32 logits readable on the host: in place for a host tensor (checked,
+  // errors name `what`), else copied into `copy`.
+  Result<const float*> host_rows(const Tensor& logits, int64_t rows, std::vector<float>& copy, const char* what);
 };
 
 // For backends: OK when `t` is an f32 contiguous [>= m, cols] matrix on `device` (cols < 0: any);

@@ -245,6 +245,27 @@ class CudaBackend final : public Backend {
     return Status::ok();
   }
 
+  Status token_logprobs(const Tensor& logits, int64_t rows, const int32_t* targets, float* out) override {
+    LITHE_TRY(check_act(logits, rows, -1, "token_logprobs logits"));
+    const int64_t vocab = logits.dim(1);
+    for (int64_t r = 0; r < rows; ++r)
+      if (targets[r] >= vocab)
+        return error(StatusCode::invalid_argument, "token_logprobs: target {} of row {} is outside the vocabulary {}",
+                     targets[r], r, vocab);
+    const size_t n = static_cast<size_t>(rows);
+    LITHE_ASSIGN(void* dt, topk_ids_.get(n * sizeof(int32_t)));
+    LITHE_ASSIGN(void* dv, topk_vals_.get(n * sizeof(float)));
+    LITHE_TRY(check(cudaMemcpyAsync(dt, targets, n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+                    "token_logprobs copy"));
+    LITHE_TRY(cuda::token_logprobs(logits.data_as<float>(), rows, vocab, static_cast<const int32_t*>(dt),
+                                   static_cast<float*>(dv), stream_));
+    LITHE_TRY(check(cudaMemcpyAsync(out, dv, n * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+                    "token_logprobs copy"));
+    LITHE_TRY(check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+    steps_->synced();
+    return Status::ok();
+  }
+
   Status fill_random(Tensor& t, uint64_t seed, float center, float scale) override {
     if (t.device() != Device::cuda) return Backend::fill_random(t, seed, center, scale);
     LITHE_ASSIGN(cuda::WeightType wt, weight_type(t));

@@ -7,6 +7,7 @@
 # Environment: LITHE (binary, default build/bin/lithe), OUTQ (work dir, default out/quality),
 #   NSAMPLES / SEQLEN (calibration, default 128 x 2048), WINDOWS (evaluation windows, 0 = all),
 #   EVAL_DEVICE (cpu or cuda), QDEVICE (device for the solvers), EXTRA (more quantize flags).
+# On a GPU machine: LITHE=build-cuda/bin/lithe QDEVICE=cuda EVAL_DEVICE=cuda EXTRA=--dequantize.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LITHE=${LITHE:-build/bin/lithe}

@@ -12,6 +12,12 @@ endif()
 if(LITHE_BENCH)
   find_package(benchmark REQUIRED)          # libbenchmark-dev
 endif()
-# libcpp-httplib-dev: the HTTP server of `lithe serve` (a compiled library; its flags via pkg-config)
-find_package(PkgConfig REQUIRED)
-pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+# libcpp-httplib-dev: the HTTP server of `lithe serve` (a compiled library; its flags via pkg-config).
+# Optional so that machines without the package (the GPU hosts) still build everything else.
+find_package(PkgConfig)
+if(PkgConfig_FOUND)
+  pkg_check_modules(HTTPLIB IMPORTED_TARGET cpp-httplib)
+endif()
+if(NOT HTTPLIB_FOUND)
+  message(WARNING "cpp-httplib not found (libcpp-httplib-dev): `lithe serve` will only report that")
+endif()

@@ -40,8 +40,9 @@ bool have_lapack() {
 }
 
 namespace {
-[[maybe_unused]] double dot(const double* a, const double* b, int64_t n) {
-  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;  // four chains so the loop vectorizes without -ffast-math
+template <typename T>
+[[maybe_unused]] T dot(const T* a, const T* b, int64_t n) {
+  T s0 = 0, s1 = 0, s2 = 0, s3 = 0;  // four chains so the loop vectorizes without -ffast-math
   int64_t i = 0;
   for (; i + 4 <= n; i += 4) {
     s0 += a[i] * b[i];
@@ -204,17 +205,7 @@ void gram_f(int64_t n, int64_t k, const float* x, float* g) {
     for (int64_t i = b; i < e; ++i) {
       const float* xi = xt.data() + i * k;
       for (int64_t j = 0; j <= i; ++j) {
-        const float* xj = xt.data() + j * k;
-        float s0 = 0, s1 = 0, s2 = 0, s3 = 0;  // four chains so the loop vectorizes
-        int64_t t = 0;
-        for (; t + 4 <= k; t += 4) {
-          s0 += xi[t] * xj[t];
-          s1 += xi[t + 1] * xj[t + 1];
-          s2 += xi[t + 2] * xj[t + 2];
-          s3 += xi[t + 3] * xj[t + 3];
-        }
-        for (; t < k; ++t) s0 += xi[t] * xj[t];
-        g[i * n + j] = g[j * n + i] = (s0 + s1) + (s2 + s3);
+        g[i * n + j] = g[j * n + i] = dot(xi, xt.data() + j * k, k);
       }
     }
   });

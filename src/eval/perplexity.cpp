@@ -9,6 +9,7 @@
 
 #include "lithe/core/file_util.h"
 #include "lithe/core/half.h"
+#include "lithe/runtime/backend.h"
 
 namespace lithe {
 
@@ -35,10 +36,7 @@ using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
 
 void log_softmax(const float* logits, int64_t n, std::vector<float>& out) {
   out.resize(static_cast<size_t>(n));
-  const float mx = *std::max_element(logits, logits + n);
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
-  const auto lse = static_cast<float>(std::log(sum)) + mx;
+  const float lse = log_sum_exp(logits, n);
   for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = logits[i] - lse;
 }
 

@@ -30,6 +30,14 @@ Result<ModelConfig> synthetic_config(std::string_view name) {
   return c;
 }
 
+Result<std::unique_ptr<Model>> Model::synthetic(std::string_view name, std::string_view dtype, Device device,
+                                                uint64_t seed) {
+  LITHE_ASSIGN(ModelConfig c, synthetic_config(name));
+  const auto dt = dtype_from_name(dtype);
+  if (!dt) return error(StatusCode::invalid_argument, "--dtype '{}' is not a dtype: use f16, bf16 or f32", dtype);
+  return synthetic(c, *dt, device, seed);
+}
+
 Result<std::unique_ptr<Model>> Model::synthetic(const ModelConfig& config, DType dtype, Device device, uint64_t seed) {
   LITHE_TRY(config.validate());
   if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)

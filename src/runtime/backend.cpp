@@ -75,12 +75,11 @@ Result<const float*> Backend::host_rows(const Tensor& logits, int64_t rows, std:
   return copy.data();
 }
 
-float target_logprob(const float* row, int64_t n, int32_t target) {
+float log_sum_exp(const float* row, int64_t n) {
   const float mx = *std::max_element(row, row + n);
   double sum = 0;
   for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(row[i] - mx));
-  const float lse = static_cast<float>(std::log(sum)) + mx;
-  return row[target] - lse;
+  return static_cast<float>(std::log(sum)) + mx;
 }
 
 Status Backend::token_logprobs(const Tensor& logits, int64_t rows, const int32_t* targets, float* out) {

@@ -39,11 +39,8 @@ Result<std::unique_ptr<Model>> load_model(const Options& o) {
     if (o.model.model.empty()) return error(StatusCode::invalid_argument, "give -m MODEL or --synthetic NAME");
     return o.model.load();
   }
-  LITHE_ASSIGN(ModelConfig c, synthetic_config(o.synthetic));
-  const auto dt = dtype_from_name(o.dtype);
-  if (!dt) return error(StatusCode::invalid_argument, "--dtype '{}' is not a dtype: use f16, bf16 or f32", o.dtype);
   LITHE_ASSIGN(Device dev, parse_device(o.model.device));
-  return Model::synthetic(c, *dt, dev);
+  return Model::synthetic(o.synthetic, o.dtype, dev);
 }
 
 struct Stats {

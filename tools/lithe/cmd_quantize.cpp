@@ -55,11 +55,8 @@ Status parse_nm(const std::string& s, int64_t& n, int64_t& m) {
 Status load(const Options& o, Device device, std::unique_ptr<Model>& model,
             std::vector<std::vector<int32_t>>& windows) {
   if (!o.synthetic.empty()) {
-    LITHE_ASSIGN(ModelConfig c, synthetic_config(o.synthetic));
-    const auto dt = dtype_from_name(o.dtype);
-    if (!dt) return error(StatusCode::invalid_argument, "--dtype '{}' is not a dtype: use f16, bf16 or f32", o.dtype);
-    LITHE_ASSIGN(model, Model::synthetic(c, *dt, device, o.seed + 1));
-    LITHE_ASSIGN(windows, compress::random_token_windows(c.vocab_size, o.nsamples, o.seqlen, o.seed));
+    LITHE_ASSIGN(model, Model::synthetic(o.synthetic, o.dtype, device, o.seed + 1));
+    LITHE_ASSIGN(windows, compress::random_token_windows(model->config().vocab_size, o.nsamples, o.seqlen, o.seed));
     return Status::ok();
   }
   LoadOptions lo;

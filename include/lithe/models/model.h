@@ -107,6 +107,10 @@ class Model {
   // file, no tokenizer): for measuring speed at real sizes without real weights.
   static Result<std::unique_ptr<Model>> synthetic(const ModelConfig& config, DType dtype, Device device,
                                                   uint64_t seed = 1);
+  // The same by names, as the CLI takes them: synthetic_config(name) with weights of `dtype`
+  // ("f16", "bf16" or "f32"); errors name the bad value.
+  static Result<std::unique_ptr<Model>> synthetic(std::string_view name, std::string_view dtype, Device device,
+                                                  uint64_t seed = 1);
   bool has_tokenizer() const { return tokenizer_ != nullptr; }
 
   // ---- block-wise execution for calibration (model/compress pipelines) ----

@@ -33,9 +33,11 @@ struct InputNorm {
   Tensor* scratch = nullptr;
 };
 
-// log_softmax(row)[target] over a host row of n logits: the reference every backend's
-// token_logprobs matches (max, then the sum of exp(x - max) in double).
-float target_logprob(const float* row, int64_t n, int32_t target);
+// log(sum(exp(row))) of a host row of n logits: the max, plus the log of the sum of exp(x - max)
+// accumulated in double. log_softmax(row)[i] = row[i] - log_sum_exp(row).
+float log_sum_exp(const float* row, int64_t n);
+// log_softmax(row)[target]: the reference every backend's token_logprobs matches.
+inline float target_logprob(const float* row, int64_t n, int32_t target) { return row[target] - log_sum_exp(row, n); }
 
 class Backend {
  public:

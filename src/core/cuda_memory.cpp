@@ -53,7 +53,11 @@ Status copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t n
   if (dst_dev == Device::cuda && src_dev == Device::cpu) kind = cudaMemcpyHostToDevice;
   if (dst_dev == Device::cpu && src_dev == Device::cuda) kind = cudaMemcpyDeviceToHost;
   if (dst_dev == Device::cuda && src_dev == Device::cuda) kind = cudaMemcpyDeviceToDevice;
-  const cudaError_t e = cudaMemcpy(dst, src, n, kind);
+  // cudaMemcpy runs on the legacy default stream, which does not wait for non-blocking streams
+  // (the CUDA backend's): finish all device work first, so a copy never sees half-written data.
+  cudaError_t e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) return cuda_error(e, "cudaDeviceSynchronize (before a copy)", n);
+  e = cudaMemcpy(dst, src, n, kind);
   if (e != cudaSuccess) return cuda_error(e, "cudaMemcpy", n);
   return Status::ok();
 }

@@ -2,8 +2,8 @@
 //  - Model::embed / block_forward on the cuda backend equal the cpu's on a small random llama
 //    (head_dim 64, written as a checkpoint with the tiny test tokenizer), and the observer sees
 //    each site's input as a cuda tensor;
-//  - compress_model (GPTQ 4-bit g16) of that model on cuda vs cpu: same linears, per-linear
-//    errors within 2%, nearly all codes equal;
+//  - compress_model (GPTQ 4-bit g16) of that model on cuda vs cpu: same linears, errors close;
+//    with 8-token windows (f32 attention on both) nearly all codes equal;
 //  - the default model (when models/ and data/ have it), dequantized to f32 on both: GPTQ 4-bit g64
 //    on 16 windows x 512 tokens, cuda vs cpu: every per-layer error within 5% (and the mean within
 //    2%), perplexity of the compressed models on 8 SOTU windows within 1%; then the f16 path (the
@@ -102,12 +102,15 @@ std::vector<float> host_values(const Tensor& t, int64_t rows) {
 class SiteRecorder final : public LinearObserver {
  public:
   std::vector<std::pair<LinearSite, int64_t>> seen;
+  std::vector<std::vector<float>> rows;  // each site's input rows, on the host
   Device device = Device::cpu;
   bool on_input(int64_t layer, LinearSite site, const Tensor& x, int64_t m) override {
     (void)layer;
     device = x.device();
     EXPECT_GE(x.dim(0), m);
     seen.emplace_back(site, x.dim(1));
+    Tensor h = *x.to(Device::cpu);
+    rows.emplace_back(h.data_as<float>(), h.data_as<float>() + m * x.dim(1));
     return true;
   }
 };
@@ -129,16 +132,31 @@ TEST(CudaPipeline, BlockForwardMatchesCpu) {
     ASSERT_TRUE(st.is_ok()) << st.to_string();
     EXPECT_EQ(rg.device, Device::cuda);
     EXPECT_EQ(rg.seen, rc.seen);
+    // Each site's input (the op before it) compared, so a mismatch names the op that made it.
+    for (size_t k = 0; k < std::min(rc.rows.size(), rg.rows.size()); ++k) {
+      double worst = 0, scale = 0;
+      for (size_t i = 0; i < rc.rows[k].size(); ++i) {
+        worst = std::max(worst, std::abs(static_cast<double>(rg.rows[k][i]) - rc.rows[k][i]));
+        scale = std::max(scale, std::abs(static_cast<double>(rc.rows[k][i])));
+      }
+      std::printf("  block %lld input of %s: max |cuda - cpu| / max = %.3e\n", static_cast<long long>(l),
+                  linear_site_name(rc.seen[k].first), worst / scale);
+    }
+    // Compared after every block, so that a mismatch names the first block (and row) it appears in.
+    const std::vector<float> a = host_values(xg, m), b = host_values(xc, m);
+    double worst = 0, scale = 0;
+    int64_t worst_row = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const double d = std::abs(static_cast<double>(a[i]) - b[i]);
+      if (d > worst) worst = d, worst_row = static_cast<int64_t>(i) / xc.dim(1);
+      scale = std::max(scale, std::abs(static_cast<double>(b[i])));
+    }
+    std::printf("small model, %lld tokens, after block %lld: max |cuda - cpu| / max |x| = %.3e (row %lld)\n",
+                static_cast<long long>(m), static_cast<long long>(l), worst / scale, static_cast<long long>(worst_row));
+    // The prefill attention multiplies in f16 on tensor cores (the cpu in f32): its output agrees
+    // to ~3e-4 of the largest value (measured 2.5e-4 / 3.2e-4 on an H100), so 1e-3 here.
+    EXPECT_LE(worst / scale, 1e-3) << "block " << l;
   }
-  const std::vector<float> a = host_values(xg, m), b = host_values(xc, m);
-  double worst = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
-  }
-  std::printf("small model, %lld tokens through every block: max |cuda - cpu| / max |x| = %.3e\n",
-              static_cast<long long>(m), worst / scale);
-  EXPECT_LE(worst / scale, 1e-4);
   // forward still works after block runs on the device
   auto cache = g->new_cache(8);
   ASSERT_TRUE(cache.is_ok());
@@ -181,19 +199,28 @@ TEST(CudaPipeline, SmallGptqMatchesCpu) {
   for (int i = 0; i < 8; ++i)
     text += "Mr. Speaker, Mr. Vice President, members of Congress, and my fellow citizens: the state of our union "
             "is strong. Tonight I want to talk about jobs, about schools, about the debts we owe. ";
-  auto windows = calibration_windows(c->tokenizer(), text, 8, 48, 3);
-  ASSERT_TRUE(windows.is_ok()) << windows.status().to_string();
-  std::vector<CompressedLinearResult> rc, rg;
-  auto pc = compress_model(*c, *windows, gptq_options(4, 16), rc);
-  auto pg = compress_model(*g, *windows, gptq_options(4, 16), rg);
-  ASSERT_TRUE(pc.is_ok()) << pc.status().to_string();
-  ASSERT_TRUE(pg.is_ok()) << pg.status().to_string();
-  size_t diff = 0, total = 0;
-  const double mean = compare_runs(rc, rg, 0.02, &diff, &total);
-  std::printf("small model gptq 4-bit g16: total error cpu %.5f cuda %.5f, mean relative difference %.2e, codes differing "
-              "%zu of %zu\n", pc->total_error, pg->total_error, mean, diff, total);
-  EXPECT_LE(diff, total / 100);
-  EXPECT_EQ(pg->activation_bytes, pc->activation_bytes);
+  // Windows of 48 tokens take the prefill attention (f16 products, ~3e-4 apart from the cpu's);
+  // GPTQ's error feedback turns that into different codes downstream (measured on an H100: 14.7%
+  // of codes, per-linear errors up to 2.9% apart, totals 0.1% apart), so errors are compared here
+  // and codes by the 8-token windows below, whose activations agree to f32 rounding.
+  for (const int64_t len : {48, 8}) {
+    SCOPED_TRACE("windows of " + std::to_string(len) + " tokens");
+    auto windows = calibration_windows(c->tokenizer(), text, 8, len, 3);
+    ASSERT_TRUE(windows.is_ok()) << windows.status().to_string();
+    std::vector<CompressedLinearResult> rc, rg;
+    auto pc = compress_model(*c, *windows, gptq_options(4, 16), rc);
+    auto pg = compress_model(*g, *windows, gptq_options(4, 16), rg);
+    ASSERT_TRUE(pc.is_ok()) << pc.status().to_string();
+    ASSERT_TRUE(pg.is_ok()) << pg.status().to_string();
+    size_t diff = 0, total = 0;
+    const double mean = compare_runs(rc, rg, len > 8 ? 0.05 : 0.02, &diff, &total);
+    std::printf("small model gptq 4-bit g16, %lld-token windows: total error cpu %.5f cuda %.5f, mean relative "
+                "difference %.2e, codes differing %zu of %zu\n", static_cast<long long>(len), pc->total_error,
+                pg->total_error, mean, diff, total);
+    EXPECT_NEAR(pg->total_error, pc->total_error, 0.01 * pc->total_error);
+    if (len <= 8) EXPECT_LE(diff, total / 100);
+    EXPECT_EQ(pg->activation_bytes, pc->activation_bytes);
+  }
   EXPECT_EQ(g->weights().layers[0].wq.device(), Device::cuda);
 }
 

@@ -92,9 +92,17 @@ Status allow_smem(Kernel* kernel, std::atomic<uint64_t>& done, size_t need, cons
     return Status(StatusCode::internal,
                   std::string(who) + ": cannot read the shared memory limit: " + cudaGetErrorString(e));
   }
+  // The opt-in limit covers static plus dynamic shared memory of one block.
+  cudaFuncAttributes attr{};
+  e = cudaFuncGetAttributes(&attr, kernel);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Status(StatusCode::internal, std::string(who) + ": cudaFuncGetAttributes: " + cudaGetErrorString(e));
+  }
+  limit -= static_cast<int>(attr.sharedSizeBytes);
   if (need > static_cast<size_t>(limit))
     return bad_arg(std::string(who) + ": needs " + std::to_string(need) +
-                   " bytes of shared memory, the device allows " + std::to_string(limit));
+                   " bytes of dynamic shared memory, the device allows " + std::to_string(limit));
   const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
   if (bit != 0 && (done.load(std::memory_order_acquire) & bit) != 0) return Status::ok();
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);

@@ -6,8 +6,11 @@
 #   bash bench/quality_table.sh [SETTING ...]      (default: every setting)
 # Environment: LITHE (binary, default build/bin/lithe), OUTQ (work dir, default out/quality),
 #   NSAMPLES / SEQLEN (calibration, default 128 x 2048), WINDOWS (evaluation windows, 0 = all),
-#   EVAL_DEVICE (cpu or cuda), QDEVICE (device for the solvers), EXTRA (more quantize flags).
-# On a GPU machine: LITHE=build-cuda/bin/lithe QDEVICE=cuda EVAL_DEVICE=cuda EXTRA=--dequantize.
+#   EVAL_DEVICE (cpu or cuda), QDEVICE (device for the solvers), EXTRA (more quantize flags),
+#   EVAL_EXTRA (more perplexity flags).
+# On a GPU machine: LITHE=build-cuda/bin/lithe QDEVICE=cuda EVAL_DEVICE=cuda EXTRA=--dequantize
+#   EVAL_EXTRA=--dequantize (f32 weights throughout, as on the cpu).
+# gptq-w4g128-sink1 leaves each window's first token out of the Hessians (--sink-tokens 1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LITHE=${LITHE:-build/bin/lithe}
@@ -18,6 +21,7 @@ WINDOWS=${WINDOWS:-0}
 EVAL_DEVICE=${EVAL_DEVICE:-cpu}
 QDEVICE=${QDEVICE:-cpu}
 EXTRA=${EXTRA:-}
+EVAL_EXTRA=${EVAL_EXTRA:-}
 M=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 EVAL=data/sotu-eval.txt
 mkdir -p "$OUTQ"
@@ -30,10 +34,13 @@ SETTINGS=(
   "gptq-w4|--method gptq --bits 4 --group 0"
   "rtn-w4g128|--method rtn --bits 4 --group 128 --partial-groups"
   "gptq-w4g128|--method gptq --bits 4 --group 128 --partial-groups"
+  "gptq-w4g128-sink1|--method gptq --bits 4 --group 128 --partial-groups --sink-tokens 1"
+  "gptq-w4g128-act|--method gptq --bits 4 --group 128 --partial-groups --act-order"
   "rtn-w3|--method rtn --bits 3 --group 0"
   "gptq-w3|--method gptq --bits 3 --group 0"
   "rtn-w3g128|--method rtn --bits 3 --group 128 --partial-groups"
   "gptq-w3g128|--method gptq --bits 3 --group 128 --partial-groups"
+  "gptq-w3g128-act|--method gptq --bits 3 --group 128 --partial-groups --act-order"
   "rtn-w2g64|--method rtn --bits 2 --group 64"
   "gptq-w2g64|--method gptq --bits 2 --group 64"
   "magnitude-50|--method magnitude --sparsity 0.5"
@@ -68,7 +75,8 @@ for s in "${SETTINGS[@]}"; do
     deq="--dequantize"
   fi
   # shellcheck disable=SC2086
-  "$LITHE" perplexity -m "$model" $deq -f "$EVAL" --protocol gptq --ctx 2048 --max-windows "$WINDOWS" \
+  [[ " $EVAL_EXTRA " == *" --dequantize "* ]] && deq=""
+  "$LITHE" perplexity -m "$model" $deq $EVAL_EXTRA -f "$EVAL" --protocol gptq --ctx 2048 --max-windows "$WINDOWS" \
     --device "$EVAL_DEVICE" --json > "$OUTQ/$name.ppl.json" 2> "$OUTQ/$name.ppl.err" ||
     { echo "perplexity $name failed:"; tail -5 "$OUTQ/$name.ppl.err"; continue; }
   python3 - "$OUTQ/$name.ppl.json" "$OUTQ/$name.quantize.txt" "$qsec" "$name" "$flags" > "$res" <<'EOF' || rm -f "$res"

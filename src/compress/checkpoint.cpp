@@ -107,7 +107,8 @@ nlohmann::json quantization_config_json(const CompressionInfo& info) {
     j["calibration"] = {{"file", info.calibration->file},
                         {"nsamples", info.calibration->nsamples},
                         {"seqlen", info.calibration->seqlen},
-                        {"seed", info.calibration->seed}};
+                        {"seed", info.calibration->seed},
+                        {"sink_tokens", info.calibration->sink_tokens}};
   return j;
 }
 

@@ -23,7 +23,7 @@ constexpr LinearSite kSites[] = {LinearSite::qkv, LinearSite::o, LinearSite::gat
 // device, and stops each block run right after the last of them.
 class HessianObserver final : public LinearObserver {
  public:
-  explicit HessianObserver(SolverBackend& solver) : solver_(solver) {}
+  HessianObserver(SolverBackend& solver, int64_t skip) : solver_(solver), skip_(skip) {}
 
   Status add_site(LinearSite site, int64_t width) {
     Acc& a = acc_[static_cast<size_t>(site)];
@@ -41,13 +41,17 @@ class HessianObserver final : public LinearObserver {
     Status st = solver_.synchronize();  // the block's ops so far count as forward time
     const auto t0 = Clock::now();
     // The reference's running average over windows: H *= c/(c+1); H += 2/(c+1) XᵀX.
-    if (st.is_ok()) st = solver_.accumulate_hessian(a.h, a.count, x, m);
+    const bool counted = m > skip_;  // rows [skip_, m): the window without its sink tokens
+    if (st.is_ok() && counted) {
+      auto rows = x.slice_rows(skip_, m);
+      st = rows.is_ok() ? solver_.accumulate_hessian(a.h, a.count, *rows, m - skip_) : rows.status();
+    }
     seconds_ += since(t0);
     if (!st.is_ok()) {
       status_ = st;
       return false;
     }
-    ++a.count;
+    if (counted) ++a.count;
     return more;  // nothing after the last wanted site is needed
   }
 
@@ -68,6 +72,7 @@ class HessianObserver final : public LinearObserver {
     Tensor h;
   };
   SolverBackend& solver_;
+  int64_t skip_;  // PipelineOptions::sink_tokens
   std::array<Acc, 4> acc_;
   int last_ = -1;
   Status status_ = Status::ok();
@@ -173,6 +178,8 @@ Result<PipelineReport> compress_model(Model& m, const std::vector<std::vector<in
   const bool need_h = needs_hessian(opt);
   if (need_h && windows.empty())
     return error(StatusCode::invalid_argument, "{} needs calibration windows", compress_method_name(opt.method));
+  if (opt.sink_tokens < 0)
+    return error(StatusCode::invalid_argument, "sink tokens {} must be 0 or more", opt.sink_tokens);
   for (LinearKind k : kAllLinearKinds) LITHE_TRY(m.linear_weight(0, k).status());  // weights the solvers take?
   LITHE_ASSIGN(std::unique_ptr<SolverBackend> solver, make_solver_backend(m.backend().device()));
 
@@ -183,6 +190,10 @@ Result<PipelineReport> compress_model(Model& m, const std::vector<std::vector<in
     if (w.empty()) return error(StatusCode::invalid_argument, "compress_model: empty calibration window");
     offset.push_back(offset.back() + static_cast<int64_t>(w.size()));
     max_len = std::max<int64_t>(max_len, static_cast<int64_t>(w.size()));
+    if (need_h && static_cast<int64_t>(w.size()) <= opt.sink_tokens)
+      return error(StatusCode::invalid_argument, "a calibration window of {} tokens leaves nothing for the Hessians "
+                   "after its {} sink tokens: use longer windows (--seqlen) or fewer --sink-tokens", w.size(),
+                   opt.sink_tokens);
   }
   rep.windows = static_cast<int64_t>(windows.size());
   rep.tokens = offset.back();
@@ -218,7 +229,7 @@ Result<PipelineReport> compress_model(Model& m, const std::vector<std::vector<in
       if (need_h && (opt.true_sequential || site == LinearSite::qkv)) {
         std::vector<LinearSite> sites{site};
         if (!opt.true_sequential) sites.assign(std::begin(kSites), std::end(kSites));
-        obs = std::make_unique<HessianObserver>(*solver);
+        obs = std::make_unique<HessianObserver>(*solver, opt.sink_tokens);
         uint64_t hb = 0;
         for (LinearSite s : sites) {
           LITHE_ASSIGN(Tensor * w0, m.linear_weight(l, kinds_of(s)[0]));

@@ -2,8 +2,8 @@
 //  - Model::embed / block_forward on the cuda backend equal the cpu's on a small random llama
 //    (head_dim 64, written as a checkpoint with the tiny test tokenizer), and the observer sees
 //    each site's input as a cuda tensor;
-//  - compress_model (GPTQ 4-bit g16) of that model on cuda vs cpu: same linears, errors close;
-//    with 8-token windows (f32 attention on both) nearly all codes equal;
+//  - compress_model (GPTQ 4-bit g16) of that model on cuda vs cpu: same linears, errors close
+//    (each within 5%, the totals within 1%);
 //  - the default model (when models/ and data/ have it), dequantized to f32 on both: GPTQ 4-bit g64
 //    on 16 windows x 512 tokens, cuda vs cpu: every per-layer error within 5% (and the mean within
 //    2%), perplexity of the compressed models on 8 SOTU windows within 1%; then the f16 path (the
@@ -139,8 +139,23 @@ TEST(CudaPipeline, BlockForwardMatchesCpu) {
         worst = std::max(worst, std::abs(static_cast<double>(rg.rows[k][i]) - rc.rows[k][i]));
         scale = std::max(scale, std::abs(static_cast<double>(rc.rows[k][i])));
       }
-      std::printf("  block %lld input of %s: max |cuda - cpu| / max = %.3e\n", static_cast<long long>(l),
-                  linear_site_name(rc.seen[k].first), worst / scale);
+      // The Gram matrix XᵀX (what a Hessian accumulates), relative Frobenius distance.
+      const int64_t n = rc.seen[k].second;
+      double num = 0, den = 0;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j <= i; ++j) {
+          double gc = 0, gg = 0;
+          for (int64_t r = 0; r < m; ++r) {
+            gc += static_cast<double>(rc.rows[k][r * n + i]) * rc.rows[k][r * n + j];
+            gg += static_cast<double>(rg.rows[k][r * n + i]) * rg.rows[k][r * n + j];
+          }
+          num += (gg - gc) * (gg - gc);
+          den += gc * gc;
+        }
+      const double gram = std::sqrt(num / den);
+      std::printf("  block %lld input of %s: max |cuda - cpu| / max = %.3e, Gram matrices %.3e apart\n",
+                  static_cast<long long>(l), linear_site_name(rc.seen[k].first), worst / scale, gram);
+      EXPECT_LE(gram, 1e-3) << "block " << l << " " << linear_site_name(rc.seen[k].first);
     }
     // Compared after every block, so that a mismatch names the first block (and row) it appears in.
     const std::vector<float> a = host_values(xg, m), b = host_values(xc, m);
@@ -199,28 +214,25 @@ TEST(CudaPipeline, SmallGptqMatchesCpu) {
   for (int i = 0; i < 8; ++i)
     text += "Mr. Speaker, Mr. Vice President, members of Congress, and my fellow citizens: the state of our union "
             "is strong. Tonight I want to talk about jobs, about schools, about the debts we owe. ";
-  // Windows of 48 tokens take the prefill attention (f16 products, ~3e-4 apart from the cpu's);
-  // GPTQ's error feedback turns that into different codes downstream (measured on an H100: 14.7%
-  // of codes, per-linear errors up to 2.9% apart, totals 0.1% apart), so errors are compared here
-  // and codes by the 8-token windows below, whose activations agree to f32 rounding.
-  for (const int64_t len : {48, 8}) {
-    SCOPED_TRACE("windows of " + std::to_string(len) + " tokens");
-    auto windows = calibration_windows(c->tokenizer(), text, 8, len, 3);
-    ASSERT_TRUE(windows.is_ok()) << windows.status().to_string();
-    std::vector<CompressedLinearResult> rc, rg;
-    auto pc = compress_model(*c, *windows, gptq_options(4, 16), rc);
-    auto pg = compress_model(*g, *windows, gptq_options(4, 16), rg);
-    ASSERT_TRUE(pc.is_ok()) << pc.status().to_string();
-    ASSERT_TRUE(pg.is_ok()) << pg.status().to_string();
-    size_t diff = 0, total = 0;
-    const double mean = compare_runs(rc, rg, len > 8 ? 0.05 : 0.02, &diff, &total);
-    std::printf("small model gptq 4-bit g16, %lld-token windows: total error cpu %.5f cuda %.5f, mean relative "
-                "difference %.2e, codes differing %zu of %zu\n", static_cast<long long>(len), pc->total_error,
-                pg->total_error, mean, diff, total);
-    EXPECT_NEAR(pg->total_error, pc->total_error, 0.01 * pc->total_error);
-    if (len <= 8) EXPECT_LE(diff, total / 100);
-    EXPECT_EQ(pg->activation_bytes, pc->activation_bytes);
-  }
+  // The prefill attention multiplies in f16 (~3e-4 apart from the cpu's, see above), and GPTQ's
+  // error feedback turns that into different codes downstream (measured on an H100: 14.7% of
+  // codes differ while the total errors agree to 0.1%). So errors are compared here; equal codes
+  // from equal Hessians are checked by test_cuda_compress_solvers, and the Hessians' inputs by
+  // BlockForwardMatchesCpu's Gram matrices.
+  auto windows = calibration_windows(c->tokenizer(), text, 8, 48, 3);
+  ASSERT_TRUE(windows.is_ok()) << windows.status().to_string();
+  std::vector<CompressedLinearResult> rc, rg;
+  auto pc = compress_model(*c, *windows, gptq_options(4, 16), rc);
+  auto pg = compress_model(*g, *windows, gptq_options(4, 16), rg);
+  ASSERT_TRUE(pc.is_ok()) << pc.status().to_string();
+  ASSERT_TRUE(pg.is_ok()) << pg.status().to_string();
+  size_t diff = 0, total = 0;
+  const double mean = compare_runs(rc, rg, 0.05, &diff, &total);
+  std::printf("small model gptq 4-bit g16: total error cpu %.5f cuda %.5f, mean relative difference %.2e, codes "
+              "differing %zu of %zu\n", pc->total_error, pg->total_error, mean, diff, total);
+  EXPECT_LE(mean, 0.02);
+  EXPECT_NEAR(pg->total_error, pc->total_error, 0.01 * pc->total_error);
+  EXPECT_EQ(pg->activation_bytes, pc->activation_bytes);
   EXPECT_EQ(g->weights().layers[0].wq.device(), Device::cuda);
 }
 

@@ -171,6 +171,30 @@ TEST(BlockForward, ReproducesForward) {
   EXPECT_EQ(all_logits(*m, *ids), want);
 }
 
+// The same on the default model (GGUF, interleaved RoPE, GQA 9/3, tied embeddings), 300 tokens.
+TEST(BlockForward, ReproducesForwardOnDefaultModel) {
+  const std::string path = std::string(LITHE_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!fs::exists(path)) GTEST_SKIP() << "needs " << path;
+  LoadOptions lo;
+  lo.dequantize = true;
+  auto m = Model::load(path, lo);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  auto ids = (*m)->tokenizer().encode(calib_text(12));
+  ASSERT_TRUE(ids.is_ok());
+  ASSERT_GE(ids->size(), 300u);
+  ids->resize(300);
+  const std::vector<float> want = all_logits(**m, *ids);
+  Tensor x;
+  ASSERT_TRUE((*m)->embed(*ids, x).is_ok());
+  const auto rows = static_cast<int64_t>(ids->size());
+  for (int64_t l = 0; l < (*m)->config().n_layers; ++l) ASSERT_TRUE((*m)->block_forward(l, x, rows).is_ok());
+  const std::vector<float> got = head_logits(**m, x.data_as<float>(), rows);
+  ASSERT_EQ(got.size(), want.size());
+  const double e = nmse(got, want);
+  std::printf("default model, 300 tokens: block_forward chain vs forward logits NMSE %.3e\n", e);
+  EXPECT_LE(e, 1e-8);
+}
+
 struct Seen {
   int64_t layer;
   LinearSite site;
@@ -299,6 +323,67 @@ TEST(CompressModel, TinyRtnAndGptq) {
   if ((*stored)->weights().layers[0].wq.dtype() != DType::f32) {
     EXPECT_FALSE(compress_model(**stored, *windows, small(CompressMethod::rtn, 4, 0), none).is_ok());
   }
+}
+
+// PipelineOptions::sink_tokens: the first k rows of every window stay out of H. Checked through
+// the reported error of blk.0.attn_q under RTN (whose result does not depend on H): it must equal
+// tr(dW H dWᵀ) / tr(W H Wᵀ) with H = Σ over windows of X[k:]ᵀ X[k:], X the rows q_proj sees.
+TEST(CompressModel, SinkTokensStayOutOfTheHessians) {
+  auto ref = load_tiny();
+  ASSERT_TRUE(ref);
+  auto windows = calibration_windows(ref->tokenizer(), calib_text(6), 4, 24, 5);
+  ASSERT_TRUE(windows.is_ok()) << windows.status().to_string();
+  const int64_t n = ref->config().d_model;
+  struct QkvRows final : LinearObserver {
+    std::vector<float> rows;
+    bool on_input(int64_t, LinearSite, const Tensor& x, int64_t m) override {
+      rows.assign(x.data_as<float>(), x.data_as<float>() + m * x.dim(1));
+      return false;  // only q_proj's input is wanted
+    }
+  };
+  const Tensor w = *(*ref->linear_weight(0, LinearKind::q))->to(Device::cpu);
+  for (const int64_t k : {0, 2}) {
+    std::vector<double> h(static_cast<size_t>(n * n), 0.0);
+    for (const auto& win : *windows) {
+      Tensor x;
+      ASSERT_TRUE(ref->embed(win, x).is_ok());
+      QkvRows rec;
+      const auto len = static_cast<int64_t>(win.size());
+      ASSERT_TRUE(ref->block_forward(0, x, len, &rec).is_ok());
+      for (int64_t r = k; r < len; ++r)
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < n; ++j)
+            h[static_cast<size_t>(i * n + j)] += static_cast<double>(rec.rows[r * n + i]) * rec.rows[r * n + j];
+    }
+    auto q = load_tiny();
+    PipelineOptions o = small(CompressMethod::rtn, 4, 16);
+    o.max_layers = 1;
+    o.sink_tokens = k;
+    std::vector<CompressedLinearResult> res;
+    ASSERT_TRUE(compress_model(*q, *windows, o, res).is_ok());
+    ASSERT_EQ(res[0].name, "blk.0.attn_q");
+    const Tensor wq = *(*q->linear_weight(0, LinearKind::q))->to(Device::cpu);
+    double num = 0, den = 0;  // Σ_o dW_o H dW_oᵀ, Σ_o W_o H W_oᵀ
+    for (int64_t r = 0; r < w.dim(0); ++r)
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          const double a = w.data_as<float>()[r * n + i], b = w.data_as<float>()[r * n + j];
+          const double da = a - wq.data_as<float>()[r * n + i], db = b - wq.data_as<float>()[r * n + j];
+          num += da * h[static_cast<size_t>(i * n + j)] * db;
+          den += a * h[static_cast<size_t>(i * n + j)] * b;
+        }
+    std::printf("sink tokens %lld: blk.0.attn_q error %.6e, from H without them %.6e\n", static_cast<long long>(k),
+                res[0].error, num / den);
+    EXPECT_NEAR(res[0].error, num / den, 1e-4 * num / den) << "sink tokens " << k;
+  }
+  // Windows no longer than the sink tokens leave nothing for H: a clear refusal.
+  auto q = load_tiny();
+  PipelineOptions o = small(CompressMethod::gptq, 4, 16);
+  o.sink_tokens = 24;
+  std::vector<CompressedLinearResult> none;
+  auto st = compress_model(*q, *windows, o, none);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.status().message().find("--sink-tokens"), std::string::npos) << st.status().message();
 }
 
 // Layer 0 of the default model with 8 windows of 256 SOTU tokens: GPTQ beats RTN on q_proj.

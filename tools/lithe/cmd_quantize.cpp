@@ -1,6 +1,6 @@
 // lithe quantize -m IN -o OUT --method rtn|gptq|sparsegpt|magnitude [--bits 4] [--group 128] [--sym]
 //   [--act-order] [--static-groups] [--sparsity 0.5 | --nm 2:4] [--calib FILE] [--nsamples 128]
-//   [--seqlen 2048] [--seed 0] [--percdamp 0.01] [--one-pass] [--device cpu|cuda] [--dequantize]
+//   [--seqlen 2048] [--seed 0] [--sink-tokens 0] [--percdamp 0.01] [--one-pass] [--device cpu|cuda] [--dequantize]
 //   [--max-layers N] [--force]
 // lithe quantize --synthetic llama2-7b [--dtype f16] --device cuda ...: timing only (nothing written).
 // Loads IN (cpu: dequantized to f32; cuda: f32/f16/bf16 kept, other formats f16, f32 with
@@ -29,7 +29,7 @@ struct Options {
   std::string model, out, method = "gptq", nm, calib = compress::kDefaultCalibrationText, device = "cpu";
   std::string synthetic, dtype = "f16";
   int bits = 4;
-  int64_t group = 128, nsamples = 128, seqlen = 2048, max_layers = -1;
+  int64_t group = 128, nsamples = 128, seqlen = 2048, max_layers = -1, sink_tokens = 0;
   bool dequantize = false;
   uint64_t seed = 0;
   double sparsity = 0.5, percdamp = 0.01;
@@ -96,6 +96,7 @@ Status run(const Options& o) {
   po.nsamples = o.nsamples;
   po.seqlen = o.seqlen;
   po.seed = o.seed;
+  po.sink_tokens = o.sink_tokens;
   po.true_sequential = !o.one_pass;
   po.max_layers = o.max_layers;
   if (!o.nm.empty()) LITHE_TRY(parse_nm(o.nm, po.prune_n, po.prune_m));
@@ -160,7 +161,7 @@ Status run(const Options& o) {
   info.sparsity = pruning && o.nm.empty() ? o.sparsity : 0;
   info.n = po.prune_n;
   info.m = po.prune_m;
-  info.calibration = compress::CalibrationInfo{o.calib, o.nsamples, o.seqlen, o.seed};
+  info.calibration = compress::CalibrationInfo{o.calib, o.nsamples, o.seqlen, o.seed, o.sink_tokens};
   compress::CheckpointWriteOptions wo;
   wo.force = o.force;
   wo.scale_dtype = DType::f32;  // dequantizes exactly to the weights the pipeline measured
@@ -194,6 +195,9 @@ void setup(CLI::App& sub, Runner& runner) {
   sub.add_option("--nsamples", o->nsamples, "calibration windows")->capture_default_str();
   sub.add_option("--seqlen", o->seqlen, "tokens per window")->capture_default_str();
   sub.add_option("--seed", o->seed, "window sampling seed")->capture_default_str();
+  sub.add_option("--sink-tokens", o->sink_tokens,
+                 "leave the first N tokens of each window out of the Hessians (attention sinks; 0 = GPTQ reference)")
+      ->capture_default_str();
   sub.add_option("--percdamp", o->percdamp, "Hessian dampening (fraction of its mean diagonal)")->capture_default_str();
   sub.add_flag("--one-pass", o->one_pass, "all Hessians of a block from one pass of the uncompressed block");
   sub.add_option("--device", o->device, "where the model and the solvers run: cpu or cuda")->capture_default_str();

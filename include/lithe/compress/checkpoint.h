@@ -65,6 +65,7 @@ struct CalibrationInfo {
   std::string file;
   int64_t nsamples = 0, seqlen = 0;
   uint64_t seed = 0;
+  int64_t sink_tokens = 0;  // first tokens of each window left out of the Hessians
 };
 
 struct CompressionInfo {

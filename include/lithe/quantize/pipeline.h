@@ -55,6 +55,12 @@ struct PipelineOptions {
   // Calibration as drawn (calibration.h); recorded here, the windows are passed in.
   int64_t nsamples = 128, seqlen = 2048;
   uint64_t seed = 0;
+  // The first `sink_tokens` positions of every window run through the blocks (later tokens attend
+  // to them) but stay out of the Hessians (position 0 becomes an attention sink whose rows are far
+  // larger than the rest and dominate H). 0 = every token, as the GPTQ reference and the default:
+  // on SmolLM2-135M leaving one out helped the first 8 blocks but hurt the whole model (GPTQ
+  // w4g128 perplexity 37.35 with 1 vs 32.20 with 0; bench/RESULTS.md).
+  int64_t sink_tokens = 0;
   // Accumulate H for RTN / magnitude too, to report their reconstruction error.
   bool measure_error = true;
   // Inside a block, H of each site from the block with its earlier sites already compressed

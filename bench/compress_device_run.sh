@@ -10,20 +10,11 @@
 #                                             pipeline test, `lithe quantize` on cuda and cpu, perplexity
 # Logs go to $OUT (or out/device).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-out/device}
-mkdir -p "$OUT"
-B=build-cuda
-L=$B/bin/lithe
-M=models/SmolLM2-135M-Instruct.Q4_1.gguf
+source "$(dirname "$0")/device_common.sh"
 SEVEN_B="--synthetic llama2-7b --dtype f16 --device cuda --method gptq --bits 4 --group 128 --nsamples 128 --seqlen 2048"
-log() { echo "== $*"; }
 case "${1:-}" in
   build)
-    nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
-    cmake --preset cuda-release -B $B -DLITHE_WERROR=OFF > "$OUT/cmake.txt" 2>&1 || { tail -30 "$OUT/cmake.txt"; exit 1; }
-    ( time cmake --build $B -j16 ) > "$OUT/build.txt" 2>&1 || { grep -E "error" -A3 "$OUT/build.txt" | head -60; exit 1; }
-    tail -3 "$OUT/build.txt"
+    build_cuda
     log "GPU solver and pipeline tests"
     $B/bin/lithe_cuda_tests --gtest_filter='CudaCompress*:CudaPipeline*' 2>&1 | tee "$OUT/compress_tests.txt" |
       grep -E "^\[  (FAILED|PASSED) |^\[==========\]|Failure|Expected|Which is|differ|H \[|max \||error cpu|perplexity" | head -80
@@ -46,9 +37,7 @@ case "${1:-}" in
     echo "peak GPU memory used (MiB): $(sort -n "$OUT/mem_7b.txt" | tail -1)"
     ;;
   model)
-    if [ ! -f $M ] && [ -f models/part-00 ]; then cat models/part-0* > $M && rm -f models/part-0*; fi
-    [ -f $M ] || { echo "no $M (send it in parts as bench/cuda_device_run.sh model does)"; exit 1; }
-    sha256sum $M | tee "$OUT/model_sha.txt"
+    assemble_model
     bash scripts/make-data.sh > /dev/null 2>&1 || echo "make-data failed"
     $B/bin/lithe_cuda_tests --gtest_filter='CudaPipeline.DefaultModel*' 2>&1 | tee "$OUT/compress_model_test.txt" |
       grep -E "^\[  (FAILED|PASSED) |Failure|Expected|Which is|SmolLM2|f16 weights" | head -30

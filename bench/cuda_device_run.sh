@@ -5,19 +5,10 @@
 #   bash bench/cuda_device_run.sh model     default model: GPU vs CPU tests, perplexity, generate, bench
 # Logs go to $OUT (or out/device). The default model must be in models/ (sent in parts).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-out/device}
-mkdir -p "$OUT"
-B=build-cuda
-L=$B/bin/lithe
-M=models/SmolLM2-135M-Instruct.Q4_1.gguf
-log() { echo "== $*"; }
+source "$(dirname "$0")/device_common.sh"
 case "${1:-}" in
   build)
-    nvidia-smi --query-gpu=name,memory.total,clocks.max.memory --format=csv | tee "$OUT/gpu.txt"
-    cmake --preset cuda-release -B $B -DLITHE_WERROR=OFF > "$OUT/cmake.txt" 2>&1 || { tail -30 "$OUT/cmake.txt"; exit 1; }
-    ( time cmake --build $B -j16 ) > "$OUT/build.txt" 2>&1 || { grep -E "error" -A3 "$OUT/build.txt" | head -60; exit 1; }
-    tail -3 "$OUT/build.txt"
+    build_cuda
     $B/bin/lithe_cuda_tests 2>&1 | tee "$OUT/cuda_tests.txt" | grep -E "^\[  (FAILED|PASSED) |^\[==========\]|Failure|error|Expected|Which is|worst|NMSE" | head -80
     ;;
   synth)
@@ -35,8 +26,7 @@ case "${1:-}" in
     tail -12 "$OUT/torch.txt"
     ;;
   model)
-    cat models/part-00 models/part-01 models/part-02 models/part-03 > $M && rm -f models/part-0*
-    sha256sum $M | tee "$OUT/model_sha.txt"
+    assemble_model
     $B/bin/lithe_cuda_tests --gtest_filter='CudaModel*' 2>&1 | tee "$OUT/cuda_model_tests.txt" | grep -E "^\[  (FAILED|PASSED) |Failure|worst|Expected|Which" | head -40
     bash scripts/make-data.sh > /dev/null 2>&1 || echo "make-data failed"
     for dev in cpu cuda; do

@@ -1,0 +1,26 @@
+# Shared by the GPU-machine scripts (bench/cuda_device_run.sh, bench/compress_device_run.sh):
+# paths, logging, the cuda-release build and the default model's reassembly from its parts.
+# Sourced, not run.
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUT=${OUT:-out/device}
+mkdir -p "$OUT"
+B=build-cuda
+L=$B/bin/lithe
+M=models/SmolLM2-135M-Instruct.Q4_1.gguf
+log() { echo "== $*"; }
+
+# GPU name into $OUT/gpu.txt, then configure + build cuda-release (Ubuntu's g++ on the GPU hosts
+# raises false-positive warnings, hence WERROR off); exits on failure with the errors shown.
+build_cuda() {
+  nvidia-smi --query-gpu=name,memory.total,clocks.max.memory,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
+  cmake --preset cuda-release -B $B -DLITHE_WERROR=OFF > "$OUT/cmake.txt" 2>&1 || { tail -30 "$OUT/cmake.txt"; exit 1; }
+  ( time cmake --build $B -j16 ) > "$OUT/build.txt" 2>&1 || { grep -E "error" -A3 "$OUT/build.txt" | head -60; exit 1; }
+  tail -3 "$OUT/build.txt"
+}
+
+# The default model from models/part-0* (sent in parts: one call carries at most 64 MiB).
+assemble_model() {
+  if [ ! -f $M ] && [ -f models/part-00 ]; then cat models/part-0* > $M && rm -f models/part-0*; fi
+  [ -f $M ] || { echo "no $M (send it in parts: split -n 4 -d $M models/part-)"; exit 1; }
+  sha256sum $M | tee "$OUT/model_sha.txt"
+}

@@ -14,6 +14,15 @@ class DeviceBuffer final : public Buffer {
   }
 };
 
+// Page-locked host memory: a host buffer that CUDA copies to and from without staging.
+class PinnedBuffer final : public Buffer {
+ public:
+  PinnedBuffer(void* p, size_t n) : Buffer(p, n, Device::cpu, true) {}
+  ~PinnedBuffer() override {
+    if (data_ != nullptr) cudaFreeHost(data_);
+  }
+};
+
 Status cuda_error(cudaError_t e, const char* what, size_t n) {
   return error(StatusCode::io_error, "{} of {} bytes failed: {} ({})", what, n,
                cudaGetErrorName(e), cudaGetErrorString(e));
@@ -60,6 +69,25 @@ Status copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t n
   e = cudaMemcpy(dst, src, n, kind);
   if (e != cudaSuccess) return cuda_error(e, "cudaMemcpy", n);
   return Status::ok();
+}
+
+Result<uint64_t> free_device_memory() {
+  if (device_count() == 0) return error(StatusCode::unsupported, "no free cuda memory to report: no CUDA device found");
+  size_t free_b = 0, total_b = 0;
+  const cudaError_t e = cudaMemGetInfo(&free_b, &total_b);
+  if (e != cudaSuccess)
+    return error(StatusCode::io_error, "cudaMemGetInfo failed: {} ({})", cudaGetErrorName(e), cudaGetErrorString(e));
+  return static_cast<uint64_t>(free_b);
+}
+
+Result<BufferPtr> alloc_pinned(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocDefault);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return cuda_error(e, "cudaHostAlloc", bytes);
+  }
+  return BufferPtr(std::make_shared<PinnedBuffer>(p, bytes));
 }
 
 }  // namespace lithe::cuda_detail

@@ -16,4 +16,12 @@ Status copy(void*, Device, const void*, Device, size_t n) {
   return error(StatusCode::unsupported, "cannot copy {} bytes to or from cuda: built without CUDA", n);
 }
 
+Result<uint64_t> free_device_memory() {
+  return error(StatusCode::unsupported, "no free cuda memory to report: built without CUDA");
+}
+
+Result<BufferPtr> alloc_pinned(size_t bytes) {
+  return error(StatusCode::unsupported, "cannot pin {} bytes of host memory: built without CUDA", bytes);
+}
+
 }  // namespace lithe::cuda_detail

@@ -20,16 +20,21 @@ Result<GenerateResult> generate(Model& model, KvCache& cache, std::vector<int32_
   if (prompt.empty()) return error(StatusCode::invalid_argument, "the prompt is empty");
   for (const auto& s : opts.stop)
     if (s.empty()) return error(StatusCode::invalid_argument, "stop strings must not be empty");
-  if (static_cast<int64_t>(prompt.size()) >= cache.capacity())
+  // A rolling cache (sink / window policy) never fills: it evicts, and takes any prompt in chunks
+  // of at most its window.
+  if (!cache.rolling() && static_cast<int64_t>(prompt.size()) >= cache.capacity())
     return error(StatusCode::invalid_argument,
                  "the prompt has {} tokens but the context holds {}: shorten the prompt or raise --ctx", prompt.size(),
                  cache.capacity());
-  // Reuse the cached prefix shared with the new prompt (keep at least one token to run).
+  // Reuse the cached prefix shared with the new prompt (keep at least one token to run). history
+  // holds every token the cache has seen; a rolling cache that evicted part of the stretch to drop
+  // starts over (rewind returns 0).
   size_t common = 0;
-  const size_t cached = std::min(history.size(), static_cast<size_t>(cache.size()));
+  const size_t cached = std::min(history.size(), static_cast<size_t>(cache.seen()));
   while (common < cached && common + 1 < prompt.size() && history[common] == prompt[common]) ++common;
-  cache.truncate(static_cast<int64_t>(common));
+  common = static_cast<size_t>(cache.rewind(static_cast<int64_t>(common)));
   history.assign(prompt.begin(), prompt.end());
+  const int64_t chunk = cache.rolling() ? std::min(opts.prefill_chunk, cache.max_append()) : opts.prefill_chunk;
 
   GenerateResult res;
   const int32_t vocab = static_cast<int32_t>(model.config().vocab_size);
@@ -44,8 +49,8 @@ Result<GenerateResult> generate(Model& model, KvCache& cache, std::vector<int32_
     return model.forward_top_k(cache, tokens, k, top_vals, top_ids);
   };
   const auto t0 = Clock::now();
-  for (size_t i = common; i < prompt.size(); i += static_cast<size_t>(opts.prefill_chunk)) {
-    const size_t n = std::min(prompt.size() - i, static_cast<size_t>(opts.prefill_chunk));
+  for (size_t i = common; i < prompt.size(); i += static_cast<size_t>(chunk)) {
+    const size_t n = std::min(prompt.size() - i, static_cast<size_t>(chunk));
     LITHE_TRY(run(std::span<const int32_t>(prompt.data() + i, n)));
   }
   res.prompt_tokens = static_cast<int64_t>(prompt.size() - common);
@@ -75,7 +80,7 @@ Result<GenerateResult> generate(Model& model, KvCache& cache, std::vector<int32_
       stop_string_hit = true;
       break;
     }
-    if (cache.size() >= cache.capacity()) {
+    if (!cache.rolling() && cache.size() >= cache.capacity()) {
       res.finish_reason = "context";
       break;
     }
@@ -88,7 +93,7 @@ Result<GenerateResult> generate(Model& model, KvCache& cache, std::vector<int32_
     if (on_text && !rest.empty()) on_text(rest);
   }
   // The last sampled token was never run through the model; keep history equal to the cache.
-  history.resize(static_cast<size_t>(cache.size()));
+  history.resize(static_cast<size_t>(cache.seen()));
   res.generate_seconds = seconds_since(t1);
   return res;
 }

@@ -159,6 +159,10 @@ Result<KvCache> Model::new_cache(int64_t capacity, DType kv_dtype) {
   return KvCache::create(config_.n_layers, capacity, config_.kv_dim(), kv_dtype, backend_->device());
 }
 
+Result<KvCache> Model::new_cache(const CacheSpec& spec, int64_t ctx, DType kv_dtype) {
+  return make_cache(spec, config_.n_layers, ctx, config_.kv_dim(), kv_dtype, backend_->device());
+}
+
 Status Model::ensure_workspace(int64_t m, int64_t out_rows) {
   const ModelConfig& c = config_;
   if (m > ws_rows_) {
@@ -291,13 +295,19 @@ Status Model::forward_ops(std::span<const SequenceInput> batch, const std::vecto
 
 Status Model::run_layers(int64_t m, std::span<const SequenceInput> batch, const std::vector<int32_t>& pos) {
   const ModelConfig& c = config_;
-  // Cache slots for every sequence's new tokens (positions recorded once for all layers).
+  // Cache slots for every sequence's new tokens (positions recorded once for all layers). A rolling
+  // cache re-indexes positions inside itself: its tokens' queries sit at the positions it gave them.
   std::vector<std::vector<int64_t>> slots;
+  std::vector<int32_t> q_pos = pos;
+  size_t r0 = 0;
   for (const auto& s : batch) {
     LITHE_ASSIGN(auto sl, s.cache->append(s.positions.data(), static_cast<int64_t>(s.positions.size())));
+    if (s.cache->rolling())
+      for (size_t i = 0; i < sl.size(); ++i) q_pos[r0 + i] = s.cache->positions()[sl[i]];
+    r0 += sl.size();
     slots.push_back(std::move(sl));
   }
-  for (int64_t l = 0; l < c.n_layers; ++l) LITHE_TRY(run_block(l, l, m, batch, pos, slots, nullptr));
+  for (int64_t l = 0; l < c.n_layers; ++l) LITHE_TRY(run_block(l, l, m, batch, q_pos, slots, nullptr));
   return Status::ok();
 }
 
@@ -316,28 +326,33 @@ Status Model::run_block(int64_t l, int64_t kv_layer, int64_t m, std::span<const 
   const Tensor* qkv_w[] = {&L.wq, &L.wk, &L.wv};
   Tensor* qkv_y[] = {&q_, &k_, &v_};
   const InputNorm attn_norm{&L.attn_norm, eps, &h_}, ffn_norm{&L.ffn_norm, eps, &h_};
-  if (obs == nullptr) {
-    LITHE_TRY(be.rmsnorm_linear_many(attn_norm, qkv_w, x_, m, qkv_y));
+  if (obs == nullptr && !c.qkv_bias && batch.size() == 1) {  // projections to attention output in one op
+    LITHE_TRY(be.qkv_rope_attention(attn_norm, qkv_w, x_, m, qkv_y, *batch[0].cache, kv_layer, pos.data(),
+                                    slots[0].data(), rope_, c.rope_style, shape, attn_));
   } else {
-    LITHE_TRY(be.rmsnorm(x_, m, L.attn_norm, eps, h_));
-    if (!observe(LinearSite::qkv, h_)) return Status::ok();
-    LITHE_TRY(be.linear_many(qkv_w, h_, m, qkv_y));
-  }
-  if (c.qkv_bias) {
-    LITHE_TRY(be.add_bias(q_, m, L.bq));
-    LITHE_TRY(be.add_bias(k_, m, L.bk));
-    LITHE_TRY(be.add_bias(v_, m, L.bv));
-  }
-  int64_t r0 = 0;
-  for (size_t i = 0; i < batch.size(); ++i) {  // RoPE of q and k, cache store and attention per sequence
-    const auto n = static_cast<int64_t>(batch[i].tokens.size());
-    LITHE_ASSIGN(Tensor q, q_.slice_rows(r0, r0 + n));
-    LITHE_ASSIGN(Tensor k, k_.slice_rows(r0, r0 + n));
-    LITHE_ASSIGN(Tensor v, v_.slice_rows(r0, r0 + n));
-    LITHE_ASSIGN(Tensor o, attn_.slice_rows(r0, r0 + n));
-    LITHE_TRY(be.rope_attention(*batch[i].cache, kv_layer, q, k, v, n, pos.data() + r0, slots[i].data(), rope_,
-                                c.rope_style, shape, o));
-    r0 += n;
+    if (obs == nullptr) {
+      LITHE_TRY(be.rmsnorm_linear_many(attn_norm, qkv_w, x_, m, qkv_y));
+    } else {
+      LITHE_TRY(be.rmsnorm(x_, m, L.attn_norm, eps, h_));
+      if (!observe(LinearSite::qkv, h_)) return Status::ok();
+      LITHE_TRY(be.linear_many(qkv_w, h_, m, qkv_y));
+    }
+    if (c.qkv_bias) {
+      LITHE_TRY(be.add_bias(q_, m, L.bq));
+      LITHE_TRY(be.add_bias(k_, m, L.bk));
+      LITHE_TRY(be.add_bias(v_, m, L.bv));
+    }
+    int64_t r0 = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {  // RoPE of q and k, cache store and attention per sequence
+      const auto n = static_cast<int64_t>(batch[i].tokens.size());
+      LITHE_ASSIGN(Tensor q, q_.slice_rows(r0, r0 + n));
+      LITHE_ASSIGN(Tensor k, k_.slice_rows(r0, r0 + n));
+      LITHE_ASSIGN(Tensor v, v_.slice_rows(r0, r0 + n));
+      LITHE_ASSIGN(Tensor o, attn_.slice_rows(r0, r0 + n));
+      LITHE_TRY(be.rope_attention(*batch[i].cache, kv_layer, q, k, v, n, pos.data() + r0, slots[i].data(), rope_,
+                                  c.rope_style, shape, o));
+      r0 += n;
+    }
   }
   if (!observe(LinearSite::o, attn_)) return Status::ok();
   LITHE_TRY(be.linear_residual(L.wo, attn_, m, x_, h_));

@@ -183,36 +183,37 @@ Result<PipelineReport> compress_model(Model& m, const std::vector<std::vector<in
   for (LinearKind k : kAllLinearKinds) LITHE_TRY(m.linear_weight(0, k).status());  // weights the solvers take?
   LITHE_ASSIGN(std::unique_ptr<SolverBackend> solver, make_solver_backend(m.backend().device()));
 
-  // X: every window's block input, one contiguous [tokens, d_model] tensor on the model's device.
-  std::vector<int64_t> offset{0};
-  int64_t max_len = 0;
+  // X: every window's block input, one [rows, d_model] f32 matrix per window (activation_store.h).
+  std::vector<int64_t> lens;
   for (const auto& w : windows) {
     if (w.empty()) return error(StatusCode::invalid_argument, "compress_model: empty calibration window");
-    offset.push_back(offset.back() + static_cast<int64_t>(w.size()));
-    max_len = std::max<int64_t>(max_len, static_cast<int64_t>(w.size()));
     if (need_h && static_cast<int64_t>(w.size()) <= opt.sink_tokens)
       return error(StatusCode::invalid_argument, "a calibration window of {} tokens leaves nothing for the Hessians "
                    "after its {} sink tokens: use longer windows (--seqlen) or fewer --sink-tokens", w.size(),
                    opt.sink_tokens);
+    lens.push_back(static_cast<int64_t>(w.size()));
   }
   rep.windows = static_cast<int64_t>(windows.size());
-  rep.tokens = offset.back();
-  Tensor x, scratch;
+  for (int64_t n : lens) rep.tokens += n;
+  std::unique_ptr<ActivationStore> x;
+  Tensor scratch;  // one window on the model's device
   if (need_h) {
     const auto t0 = Clock::now();
-    LITHE_ASSIGN(x, m.backend().alloc(DType::f32, {rep.tokens, c.d_model}));
-    LITHE_ASSIGN(scratch, m.backend().alloc(DType::f32, {max_len, c.d_model}));
-    rep.activation_bytes = static_cast<uint64_t>(x.nbytes());
+    const std::string spill_dir = opt.spill_dir.empty() ? default_spill_dir() : opt.spill_dir;
+    LITHE_ASSIGN(x, ActivationStore::create(opt.activations, m.backend(), *solver, lens, c.d_model, spill_dir));
+    LITHE_ASSIGN(scratch, m.backend().alloc(DType::f32, {*std::max_element(lens.begin(), lens.end()), c.d_model}));
+    rep.activation_bytes = x->bytes();
+    rep.activations = x->placement();
     for (size_t i = 0; i < windows.size(); ++i) {
-      LITHE_ASSIGN(Tensor xi, x.slice_rows(offset[i], offset[i + 1]));
+      LITHE_ASSIGN(Tensor xi, x->target(i, scratch));
       const void* dst = xi.data();
       LITHE_TRY(m.embed(windows[i], xi));
-      if (xi.data() != dst) return error(StatusCode::internal, "compress_model: embed did not write into X");
+      if (xi.data() != dst) return error(StatusCode::internal, "compress_model: embed did not write into the window");
+      LITHE_TRY(x->store(i, xi));
     }
     LITHE_TRY(solver->synchronize());
     rep.seconds_forward += since(t0);
   }
-  auto window_rows = [&](size_t i) { return x.slice_rows(offset[i], offset[i + 1]); };
 
   std::unique_ptr<Progress> prog;
   if (opt.progress) prog = std::make_unique<Progress>(fmt::format("{} compress", compress_method_name(opt.method)),
@@ -239,10 +240,8 @@ Result<PipelineReport> compress_model(Model& m, const std::vector<std::vector<in
         rep.hessian_bytes = std::max(rep.hessian_bytes, hb);
         const auto t0 = Clock::now();
         for (size_t i = 0; i < windows.size(); ++i) {
-          const int64_t len = offset[i + 1] - offset[i];
-          LITHE_ASSIGN(Tensor xi, window_rows(i));
-          LITHE_TRY(solver->copy(xi, scratch));
-          LITHE_TRY(m.block_forward(l, scratch, len, obs.get()));
+          LITHE_TRY(x->load(i, scratch));
+          LITHE_TRY(m.block_forward(l, scratch, x->rows(i), obs.get()));
         }
         LITHE_TRY(obs->finish());
         LITHE_TRY(solver->synchronize());
@@ -284,8 +283,10 @@ Result<PipelineReport> compress_model(Model& m, const std::vector<std::vector<in
     if (need_h && l + 1 < rep.n_layers) {
       const auto t0 = Clock::now();
       for (size_t i = 0; i < windows.size(); ++i) {
-        LITHE_ASSIGN(Tensor xi, window_rows(i));
-        LITHE_TRY(m.block_forward(l, xi, offset[i + 1] - offset[i], nullptr));
+        LITHE_ASSIGN(Tensor xi, x->target(i, scratch));
+        LITHE_TRY(x->load(i, xi));
+        LITHE_TRY(m.block_forward(l, xi, x->rows(i), nullptr));
+        LITHE_TRY(x->store(i, xi));
       }
       LITHE_TRY(solver->synchronize());
       rep.seconds_forward += since(t0);

@@ -9,6 +9,7 @@
 
 #include "lithe/kernels/convert.h"
 #include "lithe/runtime/backend.h"
+#include "lithe/runtime/kv_cache.h"
 
 namespace lithe {
 
@@ -58,9 +59,29 @@ Status Backend::rmsnorm_swiglu(const InputNorm& norm, const Tensor& w_gate, cons
 Status Backend::rope_attention(KvCache& cache, int64_t layer, Tensor& q, Tensor& k, const Tensor& v, int64_t m,
                                const int32_t* q_pos, const int64_t* slots, const cpu::RopeTable& table,
                                cpu::RopeStyle style, const AttentionShape& shape, Tensor& out) {
+  if (cache.keys_pre_rope())
+    return pre_rope_attention(cache, layer, q, k, v, m, q_pos, slots, table, style, shape, out);
   LITHE_TRY(rope(q, m, shape.n_heads, shape.head_dim, q_pos, table, style));
   LITHE_TRY(rope(k, m, shape.n_kv_heads, shape.head_dim, q_pos, table, style));
   return attention(cache, layer, q, k, v, m, q_pos, slots, shape, out);
+}
+
+Status Backend::pre_rope_attention(KvCache&, int64_t, Tensor&, const Tensor&, const Tensor&, int64_t,
+                                   const int32_t*, const int64_t*, const cpu::RopeTable&, cpu::RopeStyle,
+                                   const AttentionShape&, Tensor&) {
+  return error(StatusCode::unsupported,
+               "the sink cache policy is not implemented on {} yet: use --device cpu or --cache full", name());
+}
+
+Status Backend::qkv_rope_attention(const InputNorm& norm, std::span<const Tensor* const> ws, const Tensor& x,
+                                   int64_t m, std::span<Tensor*> ys, KvCache& cache, int64_t layer, const int32_t* pos,
+                                   const int64_t* slots, const cpu::RopeTable& table, cpu::RopeStyle style,
+                                   const AttentionShape& shape, Tensor& out) {
+  if (ws.size() != 3 || ys.size() != 3)
+    return error(StatusCode::invalid_argument, "qkv_rope_attention: needs q, k, v weights and outputs, got {} and {}",
+                 ws.size(), ys.size());
+  LITHE_TRY(rmsnorm_linear_many(norm, ws, x, m, ys));
+  return rope_attention(cache, layer, *ys[0], *ys[1], *ys[2], m, pos, slots, table, style, shape, out);
 }
 
 Result<const float*> Backend::host_rows(const Tensor& logits, int64_t rows, std::vector<float>& copy,

@@ -84,32 +84,39 @@ class CpuBackend final : public Backend {
 
   Status attention(KvCache& cache, int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t m,
                    const int32_t* q_pos, const int64_t* slots, const AttentionShape& shape, Tensor& out) override {
-    const int64_t kv_dim = cache.kv_dim();
-    LITHE_TRY(check_f32(k, m, kv_dim, "attention k"));
-    LITHE_TRY(check_f32(v, m, kv_dim, "attention v"));
-    Tensor& kc = cache.k(layer);
-    Tensor& vc = cache.v(layer);
-    for (int64_t i = 0; i < m; ++i) store_row(cache.dtype(), k.data_as<float>() + i * kv_dim, kc, slots[i], kv_dim);
-    for (int64_t i = 0; i < m; ++i) store_row(cache.dtype(), v.data_as<float>() + i * kv_dim, vc, slots[i], kv_dim);
-    cpu::AttentionArgs a{};
-    a.q = q.data_as<float>();
-    a.n_q = m;
-    a.q_pos = q_pos;
-    a.k = kc.data();
-    a.v = vc.data();
-    a.kv_dtype = cache.dtype();
-    a.n_kv = cache.size();
-    a.kv_pos = cache.positions();
-    a.kv_row_stride = kv_dim;
-    a.head_dim = shape.head_dim;
-    a.n_kv_heads = shape.n_kv_heads;
-    a.n_heads = shape.n_heads;
-    a.scale = shape.scale;
-    if (shape.n_kv_heads * shape.head_dim != kv_dim || q.dim(1) != shape.n_heads * shape.head_dim)
-      return error(StatusCode::invalid_argument, "attention: {} heads x {} and {} kv heads do not match q {} / cache {}",
-                   shape.n_heads, shape.head_dim, shape.n_kv_heads, q.describe(), kv_dim);
-    a.out = out.data_as<float>();
-    return cpu::attention(a);
+    LITHE_TRY(store(cache, layer, k, v, m, slots));
+    return attend(cache, q, m, q_pos, cache.k(layer).data(), cache.v(layer).data(), cache.dtype(), shape, out);
+  }
+
+  // Keys are stored as they come; the scanned slots' keys are rotated into a scratch copy at their
+  // slots' positions (an f16 cache's values converted beside them), then attended to.
+  Status pre_rope_attention(KvCache& cache, int64_t layer, Tensor& q, const Tensor& k, const Tensor& v, int64_t m,
+                            const int32_t* q_pos, const int64_t* slots, const cpu::RopeTable& table,
+                            cpu::RopeStyle style, const AttentionShape& shape, Tensor& out) override {
+    LITHE_TRY(rope(q, m, shape.n_heads, shape.head_dim, q_pos, table, style));
+    LITHE_TRY(store(cache, layer, k, v, m, slots));
+    const int64_t n = cache.size(), kv_dim = cache.kv_dim();
+    rot_pos_.assign(cache.positions(), cache.positions() + n);
+    for (int32_t& p : rot_pos_) p = p == KvCache::kNoPosition ? 0 : p;  // masked anyway; keeps the table in range
+    rot_k_.resize(static_cast<size_t>(n * kv_dim));
+    load_rows(cache.dtype(), cache.k(layer).data(), n * kv_dim, rot_k_.data());
+    // Positions stay below the cache's capacity, and the table is the model's: its angles are
+    // computed once, not per key, layer and step.
+    if (angles_inv_freq_ != table.inv_freq || angles_rot_ != table.rot_dim || angles_pos_ < cache.capacity()) {
+      angles_ = cpu::rope_angles(table, cache.capacity());
+      angles_inv_freq_ = table.inv_freq;
+      angles_rot_ = table.rot_dim;
+      angles_pos_ = cache.capacity();
+    }
+    cpu::rope_lookup(rot_k_.data(), n, shape.n_kv_heads, shape.head_dim, rot_pos_.data(), table, angles_.data(),
+                     style);
+    const void* vals = cache.v(layer).data();
+    if (cache.dtype() != DType::f32) {
+      rot_v_.resize(static_cast<size_t>(n * kv_dim));
+      load_rows(cache.dtype(), vals, n * kv_dim, rot_v_.data());
+      vals = rot_v_.data();
+    }
+    return attend(cache, q, m, q_pos, rot_k_.data(), vals, DType::f32, shape, out);
   }
 
   Status to_host(const Tensor& x, int64_t m, float* dst) override {
@@ -119,6 +126,54 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // Writes the m new K/V rows into the cache slots.
+  static Status store(KvCache& cache, int64_t layer, const Tensor& k, const Tensor& v, int64_t m,
+                      const int64_t* slots) {
+    const int64_t kv_dim = cache.kv_dim();
+    LITHE_TRY(check_f32(k, m, kv_dim, "attention k"));
+    LITHE_TRY(check_f32(v, m, kv_dim, "attention v"));
+    for (int64_t i = 0; i < m; ++i) {
+      store_row(cache.dtype(), k.data_as<float>() + i * kv_dim, cache.k(layer), slots[i], kv_dim);
+      store_row(cache.dtype(), v.data_as<float>() + i * kv_dim, cache.v(layer), slots[i], kv_dim);
+    }
+    return Status::ok();
+  }
+
+  // Causal attention of q over the cache's scanned slots, K/V read from k / v ([size][kv_dim] dtype).
+  static Status attend(const KvCache& cache, const Tensor& q, int64_t m, const int32_t* q_pos, const void* k,
+                       const void* v, DType dtype, const AttentionShape& shape, Tensor& out) {
+    const int64_t kv_dim = cache.kv_dim();
+    if (shape.n_kv_heads * shape.head_dim != kv_dim || q.dim(1) != shape.n_heads * shape.head_dim)
+      return error(StatusCode::invalid_argument, "attention: {} heads x {} and {} kv heads do not match q {} / cache {}",
+                   shape.n_heads, shape.head_dim, shape.n_kv_heads, q.describe(), kv_dim);
+    cpu::AttentionArgs a{};
+    a.q = q.data_as<float>();
+    a.n_q = m;
+    a.q_pos = q_pos;
+    a.k = k;
+    a.v = v;
+    a.kv_dtype = dtype;
+    a.n_kv = cache.size();
+    a.kv_pos = cache.positions();
+    a.kv_row_stride = kv_dim;
+    a.head_dim = shape.head_dim;
+    a.n_kv_heads = shape.n_kv_heads;
+    a.n_heads = shape.n_heads;
+    a.scale = shape.scale;
+    a.out = out.data_as<float>();
+    return cpu::attention(a);
+  }
+
+  // n values of an f32 or f16 buffer as f32.
+  static void load_rows(DType dt, const void* src, int64_t n, float* dst) {
+    if (dt == DType::f32) {
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+    } else {
+      const auto* h = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(h[i]);
+    }
+  }
+
   static void store_row(DType dt, const float* src, Tensor& cache, int64_t slot, int64_t n) {
     if (dt == DType::f32) {
       std::memcpy(cache.data_as<float>() + slot * n, src, static_cast<size_t>(n) * sizeof(float));
@@ -127,6 +182,11 @@ class CpuBackend final : public Backend {
       for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_f16(src[i]);
     }
   }
+
+  std::vector<float> rot_k_, rot_v_;  // pre_rope_attention's rotated keys / f32 values
+  std::vector<int32_t> rot_pos_;
+  std::vector<float> angles_, angles_inv_freq_;  // rope_angles() of positions [0, angles_pos_) for that table
+  int64_t angles_pos_ = 0, angles_rot_ = 0;
 };
 
 }  // namespace

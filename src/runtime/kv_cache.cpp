@@ -1,5 +1,6 @@
 #include "lithe/runtime/kv_cache.h"
 
+#include <algorithm>
 #include <atomic>
 
 namespace lithe {
@@ -39,6 +40,17 @@ Result<KvCache> KvCache::create(int64_t n_layers, int64_t capacity, int64_t kv_d
   return c;
 }
 
+Result<KvCache> KvCache::create_rolling(int64_t n_layers, int64_t sinks, int64_t window, int64_t kv_dim, DType dtype,
+                                        Device device) {
+  if (sinks < 0) return error(StatusCode::invalid_argument, "--sinks {} must be >= 0", sinks);
+  if (window < 1) return error(StatusCode::invalid_argument, "--window {} must be >= 1", window);
+  LITHE_ASSIGN(KvCache c, create(n_layers, sinks + window, kv_dim, dtype, device));
+  c.rolling_ = true;
+  c.sinks_ = sinks;
+  c.window_ = window;
+  return c;
+}
+
 size_t KvCache::bytes() const {
   size_t b = 0;
   for (size_t i = 0; i < k_.size(); ++i) b += k_[i].nbytes() + v_[i].nbytes();
@@ -46,17 +58,76 @@ size_t KvCache::bytes() const {
 }
 
 Result<std::vector<int64_t>> KvCache::append(const int32_t* pos, int64_t m) {
+  std::vector<int64_t> slots(static_cast<size_t>(m));
+  if (rolling_) {
+    if (m > window_)
+      return error(StatusCode::invalid_argument,
+                   "{} tokens at once exceed the cache window of {}: run them in chunks of at most {}", m, window_,
+                   window_);
+    for (int64_t i = 0; i < m; ++i) {
+      if (n_sink_ < sinks_ && n_win_ == 0) {  // the stream's first tokens become the sinks
+        slots[static_cast<size_t>(i)] = n_sink_++;
+      } else {
+        if (n_win_ == window_) {  // evict the oldest ring token
+          head_ = (head_ + 1) % window_;
+          --n_win_;
+        }
+        const int64_t r = (head_ + n_win_) % window_;
+        slots[static_cast<size_t>(i)] = sinks_ + r;
+        ++n_win_;
+        ring_used_ = std::max(ring_used_, r + 1);
+      }
+    }
+    seen_ += m;
+    reindex();
+    return slots;
+  }
   if (size_ + m > capacity_)
     return error(StatusCode::invalid_argument,
                  "context full: {} tokens cached + {} new exceed the context of {} tokens (raise --ctx)", size_, m,
                  capacity_);
-  std::vector<int64_t> slots(static_cast<size_t>(m));
   for (int64_t i = 0; i < m; ++i) {
     slots[static_cast<size_t>(i)] = size_ + i;
     pos_[static_cast<size_t>(size_ + i)] = pos[i];
   }
   size_ += m;
   return slots;
+}
+
+void KvCache::clear() {
+  size_ = seen_ = n_sink_ = head_ = n_win_ = ring_used_ = 0;
+}
+
+int64_t KvCache::rewind(int64_t n) {
+  n = std::max<int64_t>(0, n);
+  if (!rolling_) {
+    size_ = std::min(size_, n);
+    return size_;
+  }
+  if (n >= seen_) return seen_;
+  const int64_t drop = seen_ - n;
+  if (drop <= n_win_) {  // the newest ring tokens go; their slots are refilled next
+    n_win_ -= drop;
+  } else if (seen_ == n_sink_ + n_win_) {  // nothing evicted yet: keep a prefix of the sinks
+    n_sink_ = n;
+    head_ = n_win_ = ring_used_ = 0;
+  } else {
+    clear();
+    return 0;
+  }
+  seen_ = n;
+  reindex();
+  return seen_;
+}
+
+void KvCache::reindex() {
+  for (int64_t s = 0; s < sinks_; ++s)
+    pos_[static_cast<size_t>(s)] = s < n_sink_ ? static_cast<int32_t>(s) : kNoPosition;
+  for (int64_t r = 0; r < ring_used_; ++r) {
+    const int64_t o = (r - head_ + window_) % window_;  // age rank: 0 = oldest
+    pos_[static_cast<size_t>(sinks_ + r)] = o < n_win_ ? static_cast<int32_t>(n_sink_ + o) : kNoPosition;
+  }
+  size_ = ring_used_ > 0 ? sinks_ + ring_used_ : n_sink_;
 }
 
 }  // namespace lithe

@@ -290,7 +290,7 @@ std::variant<ApiRequest, ApiError> parse_request(Endpoint endpoint, std::string_
   return r;
 }
 
-std::optional<ApiError> prepare(ApiRequest& req, const PromptFormat& format, int64_t ctx) {
+std::optional<ApiError> prepare(ApiRequest& req, const PromptFormat& format, int64_t ctx, bool rolling) {
   const Tokenizer& tok = *format.tokenizer;
   std::string text;
   EncodeOptions eo = tok.default_encode_options();
@@ -318,6 +318,10 @@ std::optional<ApiError> prepare(ApiRequest& req, const PromptFormat& format, int
   }
   const auto p = static_cast<int64_t>(req.gen.prompt.size());
   if (p == 0) return bad(req.endpoint == Endpoint::chat ? "messages" : "prompt", "the prompt is empty: send some text");
+  if (rolling) {
+    req.gen.max_tokens = req.max_tokens.value_or(req.endpoint == Endpoint::chat ? ctx : 16);
+    return std::nullopt;
+  }
   if (p >= ctx)
     return bad(req.endpoint == Endpoint::chat ? "messages" : "prompt",
                fmt::format("this model's context is {} tokens, but the prompt alone has {}: shorten it", ctx, p),

@@ -24,7 +24,9 @@ Status EngineOptions::validate() const {
   if (block_size < 1) return error(StatusCode::invalid_argument, "--block-size {} must be >= 1", block_size);
   if (kv_blocks < 0) return error(StatusCode::invalid_argument, "--kv-blocks {} must be >= 0 (0: default)", kv_blocks);
   if (min_rows < 0 || min_rows > 64) return error(StatusCode::invalid_argument, "min_rows {} must be in [0, 64]", min_rows);
-  return Status::ok();
+  if (cache.policy == CachePolicy::recompute)
+    return error(StatusCode::invalid_argument, "--cache recompute is not a cache: serve takes full, window or sink");
+  return validate_cache_spec(cache, ctx, "--ctx");
 }
 
 int64_t EngineOptions::pool_blocks() const {
@@ -92,12 +94,12 @@ Status Engine::check(const GenRequest& req) const {
   const auto p = static_cast<int64_t>(req.prompt.size());
   if (p == 0) return error(StatusCode::invalid_argument, "the prompt encodes to no tokens: send some text");
   if (req.max_tokens < 1) return error(StatusCode::invalid_argument, "max_tokens {} must be >= 1", req.max_tokens);
-  if (p + req.max_tokens > opts_.ctx)
+  if (opts_.cache.policy == CachePolicy::full && p + req.max_tokens > opts_.ctx)
     return error(StatusCode::invalid_argument,
                  "this model's context is {} tokens, but {} were asked ({} in the prompt + {} max_tokens): shorten the "
                  "prompt or lower max_tokens",
                  opts_.ctx, p + req.max_tokens, p, req.max_tokens);
-  const int64_t need = blocks_.blocks_for(p + req.max_tokens);
+  const int64_t need = blocks_.blocks_for(opts_.kv_slots(p + req.max_tokens));
   if (need > blocks_.num_blocks())
     return error(StatusCode::invalid_argument,
                  "the request needs {} KV blocks of {} tokens but the server's pool has {}: lower max_tokens (or start "
@@ -221,7 +223,7 @@ bool Engine::step() {
       ++i;
       continue;
     }
-    const int64_t extra = blocks_.blocks_for(s.n_cached + 1) - static_cast<int64_t>(s.blocks.size());
+    const int64_t extra = blocks_.blocks_for(opts_.kv_slots(s.n_cached + 1)) - static_cast<int64_t>(s.blocks.size());
     bool self_preempted = false;
     while (extra > blocks_.num_free()) {
       const bool self = running_.size() - 1 == i;
@@ -240,22 +242,29 @@ bool Engine::step() {
   // 2. Prompt chunks of sequences already prefilling, then admissions, within the token budget.
   auto plan_chunk = [&](Seq& s) -> int64_t {
     const int64_t todo = static_cast<int64_t>(s.tokens.size()) - s.n_cached;
-    const int64_t room = static_cast<int64_t>(s.blocks.size() + blocks_.num_free()) * blocks_.block_size() - s.n_cached;
+    const int64_t have = static_cast<int64_t>(s.blocks.size() + blocks_.num_free()) * blocks_.block_size();
+    int64_t room = have - s.n_cached;
+    if (opts_.cache.policy != CachePolicy::full)  // a rolling cache takes at most its window at once
+      room = std::min(opts_.cache.window, have >= opts_.cache.span(opts_.ctx) ? opts_.cache.window : room);
     return std::max<int64_t>(0, std::min({todo, budget, room}));
   };
   for (auto& sp : running_) {
     Seq& s = *sp;
     if (s.chunk > 0 || budget <= 0) continue;
     s.chunk = plan_chunk(s);
-    blocks_.allocate(blocks_.blocks_for(s.n_cached + s.chunk) - static_cast<int64_t>(s.blocks.size()), s.blocks);
+    blocks_.allocate(blocks_.blocks_for(opts_.kv_slots(s.n_cached + s.chunk)) - static_cast<int64_t>(s.blocks.size()),
+                     s.blocks);
     budget -= s.chunk;
   }
   while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < opts_.max_batch) {
     Seq& s = *waiting_.front();
     const int64_t chunk = plan_chunk(s);
-    // Admit only when the whole chunk fits (or the prompt is done): otherwise wait for blocks.
-    if (chunk == 0 || (chunk < budget && chunk < static_cast<int64_t>(s.tokens.size()))) break;
-    auto cache = model_.new_cache(static_cast<int64_t>(s.req.prompt.size()) + s.req.max_tokens, opts_.kv_dtype);
+    // Admit only when the whole chunk fits (or the prompt is done, or a rolling cache's window is
+    // full): otherwise wait for blocks.
+    const bool whole_window = opts_.cache.policy != CachePolicy::full && chunk == opts_.cache.window;
+    if (chunk == 0 || (chunk < budget && chunk < static_cast<int64_t>(s.tokens.size()) && !whole_window)) break;
+    auto cache = model_.new_cache(opts_.cache, static_cast<int64_t>(s.req.prompt.size()) + s.req.max_tokens,
+                                  opts_.kv_dtype);
     if (!cache) {
       if (!running_.empty()) break;  // memory may come back when others finish
       Event ev;
@@ -271,7 +280,7 @@ bool Engine::step() {
       s.text.emplace(model_.tokenizer(), s.req.stop);
     }
     s.chunk = chunk;
-    blocks_.allocate(blocks_.blocks_for(chunk), s.blocks);
+    blocks_.allocate(blocks_.blocks_for(opts_.kv_slots(chunk)), s.blocks);
     budget -= chunk;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();

@@ -18,92 +18,17 @@
 #include "lithe/core/half.h"
 #include "lithe/kernels/cpu.h"
 #include "lithe/kernels/cuda_ops.h"
+#include "cuda_test_util.h"
 
 using namespace lithe;
+using namespace lithe::cuda_test;
 
 namespace {
-
-// Device copy of a host vector (one spare element so callers may offset by one).
-template <typename T>
-class Dev {
- public:
-  explicit Dev(const std::vector<T>& h) {
-    EXPECT_EQ(cudaMalloc(&p_, (h.size() + 1) * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(p_, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-    n_ = h.size();
-  }
-  // The same data starting one element into the allocation (misaligned for float4).
-  static Dev offset(const std::vector<T>& h) {
-    std::vector<T> shifted(h.size() + 1);
-    std::copy(h.begin(), h.end(), shifted.begin() + 1);
-    Dev d(shifted);
-    d.off_ = 1;
-    d.n_ = h.size();
-    return d;
-  }
-  Dev(Dev&& o) noexcept : p_(o.p_), n_(o.n_), off_(o.off_) { o.p_ = nullptr; }
-  Dev(const Dev&) = delete;
-  ~Dev() { cudaFree(p_); }
-  T* get() const { return p_ + off_; }
-  std::vector<T> host() const {
-    std::vector<T> h(n_);
-    EXPECT_EQ(cudaMemcpy(h.data(), get(), n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-
- private:
-  T* p_ = nullptr;
-  size_t n_ = 0, off_ = 0;
-};
-
-template <typename T>
-Dev<T> upload(const std::vector<T>& h, bool misalign) {
-  return misalign ? Dev<T>::offset(h) : Dev<T>(h);
-}
-
-std::vector<float> randn(size_t n, std::mt19937& rng, float mean = 0.0f, float sd = 1.0f) {
-  std::normal_distribution<float> nd(mean, sd);
-  std::vector<float> v(n);
-  for (float& x : v) x = nd(rng);
-  return v;
-}
-
-uint32_t bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
 
 constexpr int64_t kSizes[] = {1, 3, 17, 576, 1000, 4097};
 constexpr int64_t kRows[] = {1, 2, 7};
 
-class CudaElementwise : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
-  void sync() { ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess); }
-  cudaStream_t stream_ = nullptr;
-};
-
-// |got - want| <= rel * |want| + abs, reporting the first failure.
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, float rel, float abs,
-                  const std::string& what) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i)
-    ASSERT_LE(std::fabs(got[i] - want[i]), rel * std::fabs(want[i]) + abs)
-        << what << " i=" << i << " got " << got[i] << " want " << want[i];
-}
-
-void expect_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i)
-    ASSERT_EQ(bits(got[i]), bits(want[i])) << what << " i=" << i << " got " << got[i] << " want " << want[i];
-}
+class CudaElementwise : public CudaStreamTest {};
 
 }  // namespace
 
@@ -353,45 +278,16 @@ TEST_F(CudaElementwise, KvStoreWritesScatteredSlots) {
   }
 }
 
-// Cache contents as floats (f32 or f16 bytes): equal bits, or within rel * |want| + 1e-6.
-void expect_cache_close(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, cuda::KvType kv, float rel,
-                        const std::string& what) {
-  ASSERT_EQ(got.size(), want.size());
-  const size_t es = kv == cuda::KvType::f32 ? 4 : 2;
-  for (size_t i = 0; i < got.size() / es; ++i) {
-    if (std::memcmp(&got[i * es], &want[i * es], es) == 0) continue;
-    float a, b;
-    if (es == 4) {
-      std::memcpy(&a, &got[i * 4], 4);
-      std::memcpy(&b, &want[i * 4], 4);
-    } else {
-      uint16_t ha, hb;
-      std::memcpy(&ha, &got[i * 2], 2);
-      std::memcpy(&hb, &want[i * 2], 2);
-      a = f16_to_f32(ha);
-      b = f16_to_f32(hb);
-    }
-    ASSERT_LE(std::fabs(a - b), rel * std::fabs(b) + 1e-6f)
-        << what << " element " << i << " got " << a << " want " << b;
-  }
-}
-
 // rope_kv_store against its unfused composition on the device (rope of q, rope of k, kv_store of
 // the rotated k and v): q and k rotated in place, the cache rows at scattered slots (the other
 // slots, random bytes, untouched) and the positions; both modes and cache types, GQA, partial and
 // zero rot_dim, a head_dim that is not a power of two, positions up to 100000.
 TEST_F(CudaElementwise, RopeKvStoreEqualsRopeThenKvStore) {
   std::mt19937 rng(18);
-  struct Shape {
-    int64_t head_dim, rot_dim, n_heads, n_kv_heads;
-  };
   const int64_t capacity = 23;
-  for (Shape sh : {Shape{64, 64, 9, 3}, Shape{128, 128, 32, 8}, Shape{128, 64, 5, 5}, Shape{80, 32, 4, 2},
-                   Shape{128, 0, 2, 1}}) {
-    std::vector<float> freqs;
-    for (int64_t i = 0; i < sh.rot_dim / 2; ++i)
-      freqs.push_back(static_cast<float>(std::pow(10000.0, -2.0 * static_cast<double>(i) / sh.rot_dim)));
-    Dev<float> freq(freqs);
+  for (HeadShape sh : {HeadShape{64, 64, 9, 3}, HeadShape{128, 128, 32, 8}, HeadShape{128, 64, 5, 5},
+                       HeadShape{80, 32, 4, 2}, HeadShape{128, 0, 2, 1}}) {
+    Dev<float> freq(rope_inv_freq(sh));
     const int64_t kv_dim = sh.n_kv_heads * sh.head_dim;
     for (cuda::RopeMode mode : {cuda::RopeMode::interleaved, cuda::RopeMode::half})
       for (cuda::KvType kv : {cuda::KvType::f32, cuda::KvType::f16})
@@ -424,23 +320,9 @@ TEST_F(CudaElementwise, RopeKvStoreEqualsRopeThenKvStore) {
             Dev<float> q1(q), k1(k);
             Dev<uint8_t> kc1(kc0), vc1(vc0);
             Dev<int32_t> kp1(kv_pos0);
-            cuda::RopeKvArgs a;
-            a.q = q1.get();
-            a.k = k1.get();
-            a.v = dv.get();
-            a.m = m;
-            a.n_heads = sh.n_heads;
-            a.n_kv_heads = sh.n_kv_heads;
-            a.head_dim = sh.head_dim;
-            a.pos = dpos.get();
-            a.inv_freq = freq.get();
-            a.rot_dim = sh.rot_dim;
-            a.mode = mode;
-            a.slots = dslots.get();
-            a.k_cache = kc1.get();
-            a.v_cache = vc1.get();
-            a.kv = kv;
-            a.kv_pos = with_pos ? kp1.get() : nullptr;
+            const cuda::RopeKvArgs a =
+                rope_kv_args(sh, m, mode, kv, dpos.get(), freq.get(), dslots.get(),
+                             {q1.get(), k1.get(), dv.get(), kc1.get(), vc1.get(), with_pos ? kp1.get() : nullptr});
             const Status st = cuda::rope_kv_store(a, stream_);
             ASSERT_TRUE(st.is_ok()) << st.to_string();
             // Composition.
@@ -469,6 +351,83 @@ TEST_F(CudaElementwise, RopeKvStoreEqualsRopeThenKvStore) {
 }
 
 // Argument errors need no device: the launchers reject them before any CUDA call.
+// rope_keys against rope() of the same rows: the first n of `capacity` cache slots rotated at
+// their positions (scattered, up to 100000; slots at kNoKvPosition copied unrotated), slots past n
+// left untouched in dst; both modes and cache types, GQA, partial and zero rot_dim, head_dim 80.
+TEST_F(CudaElementwise, RopeKeysEqualsRopeOfEachSlot) {
+  std::mt19937 rng(31);
+  const int64_t capacity = 29;
+  for (HeadShape sh : {HeadShape{64, 64, 9, 3}, HeadShape{128, 64, 5, 5}, HeadShape{80, 32, 4, 2},
+                       HeadShape{128, 0, 2, 1}}) {
+    Dev<float> freq(rope_inv_freq(sh));
+    const int64_t kv_dim = sh.n_kv_heads * sh.head_dim;
+    for (cuda::RopeMode mode : {cuda::RopeMode::interleaved, cuda::RopeMode::half})
+      for (cuda::KvType kv : {cuda::KvType::f32, cuda::KvType::f16})
+        for (int32_t n : {1, 17, 29}) {
+          const std::string what = "head_dim " + std::to_string(sh.head_dim) + " rot " + std::to_string(sh.rot_dim) +
+                                   " mode " + std::to_string(static_cast<int>(mode)) + " kv " +
+                                   std::to_string(static_cast<int>(kv)) + " n=" + std::to_string(n);
+          // The cache's rows as the f32 values they hold, and its bytes.
+          std::vector<float> rows = randn(static_cast<size_t>(capacity * kv_dim), rng);
+          std::vector<uint8_t> cache(rows.size() * (kv == cuda::KvType::f32 ? 4 : 2));
+          for (size_t i = 0; i < rows.size(); ++i) {
+            if (kv == cuda::KvType::f16) {
+              const uint16_t h = f32_to_f16(rows[i]);
+              rows[i] = f16_to_f32(h);
+              std::memcpy(&cache[i * 2], &h, 2);
+            } else {
+              std::memcpy(&cache[i * 4], &rows[i], 4);
+            }
+          }
+          std::vector<int32_t> pos(static_cast<size_t>(capacity));
+          for (auto& p : pos) p = rng() % 5 == 0 ? cuda::kNoKvPosition : static_cast<int32_t>(rng() % 100001);
+          std::vector<uint8_t> dst0(cache.size());
+          for (auto& b : dst0) b = static_cast<uint8_t>(rng());
+          Dev<uint8_t> dcache(cache), ddst(dst0);
+          Dev<int32_t> dpos(pos), dn(std::vector<int32_t>{n});
+          cuda::RopeKeysArgs a;
+          a.k_cache = dcache.get();
+          a.dst = ddst.get();
+          a.kv = kv;
+          a.kv_pos = dpos.get();
+          a.n = dn.get();
+          a.capacity = capacity;
+          a.n_kv_heads = sh.n_kv_heads;
+          a.head_dim = sh.head_dim;
+          a.inv_freq = freq.get();
+          a.rot_dim = sh.rot_dim;
+          a.mode = mode;
+          const Status st = cuda::rope_keys(a, stream_);
+          ASSERT_TRUE(st.is_ok()) << st.to_string();
+          // Reference: rope() of the slots that hold a position, one slot (row) at a time.
+          std::vector<float> want = rows;
+          for (int64_t j = 0; j < n; ++j) {
+            if (pos[static_cast<size_t>(j)] == cuda::kNoKvPosition) continue;
+            const std::vector<float> row(rows.begin() + j * kv_dim, rows.begin() + (j + 1) * kv_dim);
+            Dev<float> drow(row);
+            Dev<int32_t> p1(std::vector<int32_t>{pos[static_cast<size_t>(j)]});
+            ASSERT_TRUE(cuda::rope(drow.get(), 1, sh.n_kv_heads, sh.head_dim, p1.get(), freq.get(), sh.rot_dim, mode,
+                                   stream_)
+                            .is_ok());
+            const std::vector<float> r = drow.host();
+            std::copy(r.begin(), r.end(), want.begin() + j * kv_dim);
+          }
+          sync();
+          std::vector<uint8_t> want_bytes = dst0;  // slots >= n untouched
+          for (int64_t i = 0; i < n * kv_dim; ++i) {
+            if (kv == cuda::KvType::f16) {
+              const uint16_t h = f32_to_f16(want[static_cast<size_t>(i)]);
+              std::memcpy(&want_bytes[static_cast<size_t>(i) * 2], &h, 2);
+            } else {
+              std::memcpy(&want_bytes[static_cast<size_t>(i) * 4], &want[static_cast<size_t>(i)], 4);
+            }
+          }
+          expect_cache_close(ddst.host(), want_bytes, kv, kv == cuda::KvType::f32 ? 1e-6f : 2e-3f, what);
+          if (HasFatalFailure()) return;
+        }
+  }
+}
+
 TEST(CudaElementwiseArgs, BadArgumentsAreStatusesNamingTheValue) {
   float* const p = reinterpret_cast<float*>(uintptr_t{256});  // never dereferenced
   const int32_t* const ip = reinterpret_cast<const int32_t*>(uintptr_t{256});
@@ -516,6 +475,25 @@ TEST(CudaElementwiseArgs, BadArgumentsAreStatusesNamingTheValue) {
   ra.n_kv_heads = 1;
   ra.slots = nullptr;
   expect_bad(cuda::rope_kv_store(ra, nullptr), "null");
+  cuda::RopeKeysArgs rk;
+  rk.k_cache = p;
+  rk.dst = p;
+  rk.kv_pos = ip;
+  rk.n = ip;
+  rk.capacity = 4;
+  rk.n_kv_heads = 2;
+  rk.head_dim = 63;
+  rk.inv_freq = p;
+  expect_bad(cuda::rope_keys(rk, nullptr), "head_dim 63");
+  rk.head_dim = 64;
+  rk.rot_dim = 66;
+  expect_bad(cuda::rope_keys(rk, nullptr), "rot_dim 66");
+  rk.rot_dim = 64;
+  rk.n_kv_heads = 0;
+  expect_bad(cuda::rope_keys(rk, nullptr), "n_kv_heads 0");
+  rk.n_kv_heads = 2;
+  rk.kv_pos = nullptr;
+  expect_bad(cuda::rope_keys(rk, nullptr), "null");
 }
 
 TEST(CudaElementwiseArgs, EmptyWorkIsANoOp) {

@@ -7,6 +7,8 @@
 //  - the default model on cuda vs cpu, both dequantized to f32: logits of 8 prompts (NMSE and max
 //    |diff| printed and bounded) and 64 greedy tokens of 4 prompts through generate() (device
 //    top-k, CUDA-graph decode steps) identical; the f16 path's logits error reported;
+//  - the rolling (sink + window) cache's pre-RoPE attention through prefill, replayed steps and
+//    evictions;
 //  - an impossible KV cache fails with a message naming the bytes asked for and free.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -70,6 +72,62 @@ double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
     s = std::max(s, std::abs(static_cast<double>(b[i])));
   }
   return e / s;
+}
+
+// Decode-step tensors per layer on the gpu, kept across steps (as the model's workspace is, so
+// that replayed graphs see the same addresses).
+struct StepTensors {
+  std::vector<Tensor> q, k, v, o;
+  StepTensors(Backend& gpu, int64_t layers, int64_t q_dim, int64_t kv_dim) {
+    for (int64_t l = 0; l < layers; ++l) {
+      q.push_back(*gpu.alloc(DType::f32, {1, q_dim}));
+      k.push_back(*gpu.alloc(DType::f32, {1, kv_dim}));
+      v.push_back(*gpu.alloc(DType::f32, {1, kv_dim}));
+      o.push_back(*gpu.alloc(DType::f32, {1, q_dim}));
+    }
+  }
+};
+
+// One rope_attention call per layer on both backends over fresh random q/k/v of m rows at `pos`
+// (cache slots sc / sg): on cuda bracketed by begin_step/end_step when m == 1 (the second such
+// step is captured, later ones replay), then each layer's output and q (and k when check_k: it
+// is rotated in place) compared with the cpu's; outputs within out_tol of the largest value.
+void rope_attention_both(Both& b, KvCache& cc, KvCache& cg, int64_t layers, int64_t m, const std::vector<int32_t>& pos,
+                         const std::vector<int64_t>& sc, const std::vector<int64_t>& sg, const cpu::RopeTable& rt,
+                         cpu::RopeStyle style, const AttentionShape& sh, StepTensors& st, uint32_t& seed,
+                         double out_tol, bool check_k) {
+  const int64_t q_dim = sh.n_heads * sh.head_dim, kv_dim = cc.kv_dim();
+  const bool step = m == 1;
+  std::vector<Tensor> q(layers), k(layers), v(layers), qg(layers), kg(layers), vg(layers), og(layers), oc(layers);
+  for (int64_t l = 0; l < layers; ++l) {
+    q[l] = rand_host(DType::f32, {m, q_dim}, seed++);
+    k[l] = rand_host(DType::f32, {m, kv_dim}, seed++);
+    v[l] = rand_host(DType::f32, {m, kv_dim}, seed++);
+    if (step) {
+      for (auto [d, h] : {std::pair{&st.q[l], &q[l]}, std::pair{&st.k[l], &k[l]}, std::pair{&st.v[l], &v[l]}})
+        ASSERT_EQ(cudaMemcpy(d->data(), h->data(), h->nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+      qg[l] = st.q[l], kg[l] = st.k[l], vg[l] = st.v[l], og[l] = st.o[l];
+    } else {
+      qg[l] = to_gpu(q[l]), kg[l] = to_gpu(k[l]), vg[l] = to_gpu(v[l]);
+      og[l] = *b.gpu->alloc(DType::f32, {m, q_dim});
+    }
+    oc[l] = *b.cpu->alloc(DType::f32, {m, q_dim});
+  }
+  if (step) ASSERT_TRUE(b.gpu->begin_step(cg.id()).is_ok());
+  for (int64_t l = 0; l < layers; ++l) {
+    const Status s = b.gpu->rope_attention(cg, l, qg[l], kg[l], vg[l], m, pos.data(), sg.data(), rt, style, sh, og[l]);
+    if (!s.is_ok() && step) (void)b.gpu->end_step(false);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+  }
+  if (step) ASSERT_TRUE(b.gpu->end_step(true).is_ok());
+  for (int64_t l = 0; l < layers; ++l) {
+    const Status s = b.cpu->rope_attention(cc, l, q[l], k[l], v[l], m, pos.data(), sc.data(), rt, style, sh, oc[l]);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    EXPECT_LE(rel_err(host_rows(*b.gpu, og[l], m), host_rows(*b.cpu, oc[l], m)), out_tol) << "out, layer " << l;
+    EXPECT_LE(rel_err(host_rows(*b.gpu, qg[l], m), host_rows(*b.cpu, q[l], m)), 1e-5) << "q, layer " << l;
+    if (check_k)
+      EXPECT_LE(rel_err(host_rows(*b.gpu, kg[l], m), host_rows(*b.cpu, k[l], m)), 1e-5) << "k, layer " << l;
+  }
 }
 
 TEST(CudaBackend, LinearPathsMatchCpu) {
@@ -278,16 +336,7 @@ TEST(CudaBackend, RopeAttentionMatchesCpuThroughStepReplays) {
       auto cc = KvCache::create(layers, 300, kv_dim, kvt, Device::cpu);
       auto cg = KvCache::create(layers, 300, kv_dim, kvt, Device::cuda);
       ASSERT_TRUE(cc.is_ok() && cg.is_ok());
-      std::vector<Tensor> qd, kd, vd, od;  // decode-step tensors per layer
-      for (int64_t l = 0; l < layers; ++l) {
-        qd.push_back(*b.gpu->alloc(DType::f32, {1, q_dim}));
-        kd.push_back(*b.gpu->alloc(DType::f32, {1, kv_dim}));
-        vd.push_back(*b.gpu->alloc(DType::f32, {1, kv_dim}));
-        od.push_back(*b.gpu->alloc(DType::f32, {1, q_dim}));
-      }
-      auto upload_into = [](Tensor& d, const Tensor& h) {
-        ASSERT_EQ(cudaMemcpy(d.data(), h.data(), h.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
-      };
+      StepTensors st(*b.gpu, layers, q_dim, kv_dim);
       for (int64_t m : {37, 1, 1, 1, 1, 1, 20}) {
         SCOPED_TRACE(std::string(style == cpu::RopeStyle::half ? "half " : "interleaved ") +
                      std::string(dtype_name(kvt)) + " m=" + std::to_string(m) + " at " + std::to_string(cc->size()));
@@ -296,39 +345,9 @@ TEST(CudaBackend, RopeAttentionMatchesCpuThroughStepReplays) {
         auto sc = cc->append(pos.data(), m);
         auto sg = cg->append(pos.data(), m);
         ASSERT_TRUE(sc.is_ok() && sg.is_ok());
-        const bool step = m == 1;
-        std::vector<Tensor> q(layers), k(layers), v(layers), qg(layers), kg(layers), vg(layers), og(layers), oc(layers);
-        for (int64_t l = 0; l < layers; ++l) {
-          q[l] = rand_host(DType::f32, {m, q_dim}, seed++);
-          k[l] = rand_host(DType::f32, {m, kv_dim}, seed++);
-          v[l] = rand_host(DType::f32, {m, kv_dim}, seed++);
-          if (step) {
-            upload_into(qd[l], q[l]);
-            upload_into(kd[l], k[l]);
-            upload_into(vd[l], v[l]);
-            qg[l] = qd[l], kg[l] = kd[l], vg[l] = vd[l], og[l] = od[l];
-          } else {
-            qg[l] = to_gpu(q[l]), kg[l] = to_gpu(k[l]), vg[l] = to_gpu(v[l]);
-            og[l] = *b.gpu->alloc(DType::f32, {m, q_dim});
-          }
-          oc[l] = *b.cpu->alloc(DType::f32, {m, q_dim});
-        }
-        if (step) ASSERT_TRUE(b.gpu->begin_step(cg->id()).is_ok());
-        for (int64_t l = 0; l < layers; ++l) {
-          Status s =
-              b.gpu->rope_attention(*cg, l, qg[l], kg[l], vg[l], m, pos.data(), sg->data(), rt, style, sh, og[l]);
-          if (!s.is_ok() && step) (void)b.gpu->end_step(false);
-          ASSERT_TRUE(s.is_ok()) << s.to_string();
-        }
-        if (step) ASSERT_TRUE(b.gpu->end_step(true).is_ok());
-        for (int64_t l = 0; l < layers; ++l) {
-          ASSERT_TRUE(
-              b.cpu->rope_attention(*cc, l, q[l], k[l], v[l], m, pos.data(), sc->data(), rt, style, sh, oc[l]).is_ok());
-          const double tol = m > 8 ? 2e-2 : 1e-4;  // prefill multiplies in f16 on tensor cores
-          EXPECT_LE(rel_err(host_rows(*b.gpu, og[l], m), host_rows(*b.cpu, oc[l], m)), tol) << "out, layer " << l;
-          EXPECT_LE(rel_err(host_rows(*b.gpu, qg[l], m), host_rows(*b.cpu, q[l], m)), 1e-5) << "q, layer " << l;
-          EXPECT_LE(rel_err(host_rows(*b.gpu, kg[l], m), host_rows(*b.cpu, k[l], m)), 1e-5) << "k, layer " << l;
-        }
+        // prefill multiplies in f16 on tensor cores
+        rope_attention_both(b, *cc, *cg, layers, m, pos, *sc, *sg, rt, style, sh, st, seed, m > 8 ? 2e-2 : 1e-4, true);
+        if (HasFatalFailure()) return;
       }
       const int64_t n = cc->size();
       for (int64_t l = 0; l < layers; ++l)
@@ -345,6 +364,50 @@ TEST(CudaBackend, RopeAttentionMatchesCpuThroughStepReplays) {
       ASSERT_TRUE(pg.is_ok());
       EXPECT_TRUE(std::equal(cc->positions(), cc->positions() + n, pg->data_as<int32_t>())) << "cache positions";
     }
+}
+
+// The rolling (StreamingLLM sink + window) cache keeps keys before RoPE; rope_attention on cuda
+// (q rotated, k and v stored as they are, every key rotated by its slot's re-indexed position into
+// scratch, then decode or prefill attention) against the cpu's, over 4 sinks + a 24-token window:
+// a 13-token prefill, 40 one-token steps (graph replays from the second; eviction from step 12) and
+// a 10-token chunk, 2 layers, both rope styles and cache types, 0 and 4 sinks. Outputs and q
+// (rotated in place at the cache's positions) are compared after every call.
+TEST(CudaBackend, RollingCacheAttentionMatchesCpu) {
+  Both b;
+  if (!b.gpu) GTEST_SKIP() << "no CUDA device";
+  const AttentionShape sh{9, 3, 64, 0.125f};
+  const int64_t kv_dim = 192, q_dim = 576, layers = 2, window = 24;
+  cpu::RopeTable rt;
+  rt.rot_dim = 48;  // partial rotary: the last 16 dims of each head are copied
+  for (int i = 0; i < 24; ++i) rt.inv_freq.push_back(static_cast<float>(std::pow(10000.0, -i / 24.0)));
+  uint32_t seed = 900;
+  for (int64_t sinks : {4, 0})
+    for (auto style : {cpu::RopeStyle::interleaved, cpu::RopeStyle::half})
+      for (DType kvt : {DType::f32, DType::f16}) {
+        auto cc = KvCache::create_rolling(layers, sinks, window, kv_dim, kvt, Device::cpu);
+        auto cg = KvCache::create_rolling(layers, sinks, window, kv_dim, kvt, Device::cuda);
+        ASSERT_TRUE(cc.is_ok() && cg.is_ok()) << cg.status().to_string();
+        StepTensors st(*b.gpu, layers, q_dim, kv_dim);
+        std::vector<int64_t> ms{13};
+        ms.insert(ms.end(), 40, 1);
+        ms.push_back(10);
+        for (int64_t m : ms) {
+          SCOPED_TRACE(std::string(style == cpu::RopeStyle::half ? "half " : "interleaved ") +
+                       std::string(dtype_name(kvt)) + " sinks " + std::to_string(sinks) + " m=" + std::to_string(m) +
+                       " after " + std::to_string(cc->seen()));
+          auto sc = cc->append(nullptr, m);
+          auto sg = cg->append(nullptr, m);
+          ASSERT_TRUE(sc.is_ok() && sg.is_ok());
+          ASSERT_EQ(*sc, *sg);
+          std::vector<int32_t> pos(static_cast<size_t>(m));  // the new tokens' re-indexed positions
+          for (int64_t i = 0; i < m; ++i) pos[static_cast<size_t>(i)] = cc->positions()[(*sc)[static_cast<size_t>(i)]];
+          // prefill multiplies in f16 on tensor cores; an f16 cache's rotated keys are rounded to
+          // f16 once more on cuda (the cpu rotates the stored f16 values in f32)
+          const double tol = m > 8 ? 2e-2 : kvt == DType::f16 ? 3e-3 : 1e-4;
+          rope_attention_both(b, *cc, *cg, layers, m, pos, *sc, *sg, rt, style, sh, st, seed, tol, true);
+          if (HasFatalFailure()) return;
+        }
+      }
 }
 
 TEST(CudaBackend, TopKMatchesCpu) {

@@ -1,7 +1,11 @@
 """`lithe quantize` end to end on the default model (GGUF: q/k rows are un-permuted into the HF
 layout on write), the checkpoint it writes loading and generating, `export --format gptq`, and
-the bad inputs: an existing output, a group size that does not divide the widths, bad --nm."""
+the bad inputs: an existing output, a group size that does not divide the widths, bad --nm; and on
+the tiny test model, the calibration activations spilled to disk give the same checkpoint as in
+host memory."""
 import json
+import shutil
+import struct
 
 import numpy as np
 
@@ -65,3 +69,45 @@ def test_bad_inputs_are_clear_errors(default_model, tmp_path):
                   "--seqlen", "5000000", "--group", "64", check=False)
     assert p.returncode != 0 and "too few" in p.stderr, p.stderr
     assert not (tmp_path / "y").exists() and not (tmp_path / "z").exists()
+
+
+def tiny_model(tmp_path):
+    """The tiny llama checkpoint with the test tokenizer, in one directory."""
+    d = tmp_path / "tiny"
+    d.mkdir()
+    for sub in ("llama3", "tokenizer"):
+        for f in (ROOT / "tests" / "data" / "tiny" / sub).iterdir():
+            shutil.copy(f, d / f.name)
+    return d
+
+
+def safetensors_bytes(path):
+    """{name: (dtype, shape, raw bytes)} of a .safetensors file, read without the safetensors package."""
+    raw = path.read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    header.pop("__metadata__", None)
+    data = raw[8 + n:]
+    return {k: (v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in header.items()}
+
+
+def test_activations_on_disk_give_the_same_checkpoint(tmp_path):
+    tiny = tiny_model(tmp_path)
+    calib = tmp_path / "calib.txt"
+    calib.write_text(CALIB.read_text()[:20000])
+    got = {}
+    for where in ("host", "disk"):
+        out = tmp_path / where
+        p = run_lithe("quantize", "-m", tiny, "-o", out, "--calib", calib, "--nsamples", "4", "--seqlen", "48",
+                      "--method", "gptq", "--group", "16", "--activations", where)
+        assert f"({where})" in p.stdout, p.stdout
+        files = sorted(out.glob("*.safetensors"))
+        assert files
+        got[where] = {f.name: safetensors_bytes(f) for f in files}
+    assert got["disk"] == got["host"]
+    # The spill file never shows up next to the output.
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["calib.txt", "disk", "host", "tiny"]
+    p = run_lithe("quantize", "-m", tiny, "-o", tmp_path / "bad", "--calib", calib, "--activations", "bogus",
+                  check=False)
+    assert p.returncode != 0 and "'bogus'" in p.stderr and "host or disk" in p.stderr, p.stderr
+    assert not (tmp_path / "bad").exists()

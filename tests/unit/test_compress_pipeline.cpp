@@ -1,7 +1,8 @@
 // The calibration side of the compression pipeline: random windows, the block-wise runner
 // (Model::block_forward must equal Model::forward), the site observer, and compress_model on the
 // tiny llama checkpoint (RTN 8-bit barely moves the logits; GPTQ beats RTN at 4 bits), plus a
-// real-layer check on the default model when models/ and data/ have it.
+// real-layer check on the default model when models/ and data/ have it; X on the device, in host
+// memory or on disk gives the same bits.
 #include <gtest/gtest.h>
 
 #include "test_tmp.h"
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "lithe/quantize/calibration.h"
@@ -384,6 +386,74 @@ TEST(CompressModel, SinkTokensStayOutOfTheHessians) {
   auto st = compress_model(*q, *windows, o, none);
   ASSERT_FALSE(st.is_ok());
   EXPECT_NE(st.status().message().find("--sink-tokens"), std::string::npos) << st.status().message();
+}
+
+// PipelineOptions::activations: X on the device (here the cpu: in place), in host memory (copied
+// through a one-window scratch) or in a spill file gives the same bits; the spill file is gone
+// after the run, also after one that fails halfway (a bad token id in the last window).
+TEST(CompressModel, ActivationPlacementsGiveTheSameBits) {
+  auto ref = load_tiny();
+  ASSERT_TRUE(ref);
+  auto windows = calibration_windows(ref->tokenizer(), calib_text(6), 6, 40, 2);
+  ASSERT_TRUE(windows.is_ok()) << windows.status().to_string();
+  windows->back().resize(29);  // windows of different lengths
+  const fs::path dir = lithe_test::tmp_path("pipeline_spill");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  struct Run {
+    PipelineReport rep;
+    std::vector<CompressedLinearResult> res;
+    std::vector<Tensor> weights;  // every compressed linear as the model now holds it
+  };
+  auto run = [&](ActivationPlacement p) {
+    Run r;
+    auto m = load_tiny();
+    PipelineOptions o = small(CompressMethod::gptq, 4, 16);
+    o.activations = p;
+    o.spill_dir = dir.string();
+    auto rep = compress_model(*m, *windows, o, r.res);
+    EXPECT_TRUE(rep.is_ok()) << rep.status().to_string();
+    if (rep.is_ok()) r.rep = *rep;
+    for (int64_t l = 0; l < m->config().n_layers; ++l)
+      for (LinearKind k : kAllLinearKinds) r.weights.push_back(*(*m->linear_weight(l, k))->to(Device::cpu));
+    return r;
+  };
+  const Run dev = run(ActivationPlacement::device);
+  EXPECT_EQ(dev.rep.activations, ActivationPlacement::device);
+  EXPECT_EQ(run(ActivationPlacement::automatic).rep.activations, ActivationPlacement::device);  // tiny X fits
+  for (ActivationPlacement p : {ActivationPlacement::host, ActivationPlacement::disk}) {
+    SCOPED_TRACE(activation_placement_name(p));
+    const Run got = run(p);
+    EXPECT_EQ(got.rep.activations, p);
+    EXPECT_EQ(got.rep.activation_bytes, dev.rep.activation_bytes);
+    EXPECT_EQ(got.rep.total_error, dev.rep.total_error);
+    ASSERT_EQ(got.res.size(), dev.res.size());
+    for (size_t i = 0; i < got.res.size(); ++i) {
+      ASSERT_TRUE(got.res[i].q && dev.res[i].q);
+      EXPECT_EQ(got.res[i].q->codes, dev.res[i].q->codes) << got.res[i].name;
+      EXPECT_EQ(got.res[i].q->scales, dev.res[i].q->scales) << got.res[i].name;
+      EXPECT_EQ(got.res[i].q->zeros, dev.res[i].q->zeros) << got.res[i].name;
+      EXPECT_EQ(got.res[i].error, dev.res[i].error) << got.res[i].name;
+    }
+    for (size_t i = 0; i < got.weights.size(); ++i)
+      EXPECT_EQ(std::memcmp(got.weights[i].data(), dev.weights[i].data(), dev.weights[i].nbytes()), 0) << i;
+    EXPECT_TRUE(fs::is_empty(dir));
+  }
+  auto m = load_tiny();
+  auto bad = *windows;
+  bad.back()[3] = static_cast<int32_t>(m->config().vocab_size);  // embed fails after X was spilled
+  PipelineOptions o = small(CompressMethod::gptq, 4, 16);
+  o.activations = ActivationPlacement::disk;
+  o.spill_dir = dir.string();
+  std::vector<CompressedLinearResult> none;
+  auto st = compress_model(*m, bad, o, none);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.status().message().find("out of range"), std::string::npos) << st.status().message();
+  EXPECT_TRUE(fs::is_empty(dir));
+  o.spill_dir = (dir / "missing").string();  // a spill directory that is not there: a clear refusal
+  auto missing = compress_model(*m, *windows, o, none);
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_NE(missing.status().message().find("missing"), std::string::npos) << missing.status().message();
 }
 
 // Layer 0 of the default model with 8 windows of 256 SOTU tokens: GPTQ beats RTN on q_proj.

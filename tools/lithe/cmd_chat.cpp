@@ -1,6 +1,8 @@
 // lithe chat -m MODEL: an interactive conversation through the model's chat template. Each turn
 // renders the whole conversation; the KV cache keeps the shared prefix, so only new tokens run.
 // Lines starting with / are commands: /reset, /exit. Replies stream as they are generated.
+// --cache sink (or window) keeps the conversation going past --ctx: the oldest turns leave the
+// cache (the first --sinks tokens stay), see runtime/kv_cache.h.
 #include <unistd.h>
 
 #include <cstdio>
@@ -17,6 +19,7 @@ namespace {
 struct Options {
   ModelOptions model;
   SamplingOptions sampling;
+  CacheOptions cache;
   std::string system, chat_template;
   int64_t n = 512;
 };
@@ -37,7 +40,8 @@ Status run(Options& o) {
   if (tok.bos_id() >= 0) ro.bos_token = tok.token_text(tok.bos_id());
   if (tok.eos_id() >= 0) ro.eos_token = tok.token_text(tok.eos_id());
   LITHE_ASSIGN(DType kv, o.model.kv_dtype());
-  LITHE_ASSIGN(KvCache cache, model->new_cache(o.model.ctx, kv));
+  LITHE_ASSIGN(CacheSpec spec, o.cache.spec(o.cache.policy, *model, o.model.ctx));
+  LITHE_ASSIGN(KvCache cache, model->new_cache(spec, o.model.ctx, kv));
   GenerateOptions go;
   go.max_tokens = o.n;
   go.sampling = o.sampling.params();
@@ -87,6 +91,9 @@ void setup(CLI::App& sub, Runner& runner) {
   auto o = std::make_shared<Options>();
   o->model.add(sub, 4096);
   o->sampling.add(sub);
+  o->cache.add(sub, "full (fails when the conversation outgrows --ctx), window (the last --window tokens) or sink "
+               "(--sinks first tokens + the last --window: goes on past the context)", 0,
+               "window / sink (0: --ctx minus the sinks)");
   sub.add_option("-n,--n-predict", o->n, "maximum tokens per reply")->capture_default_str();
   sub.add_option("--system", o->system, "system message");
   sub.add_option("--chat-template", o->chat_template,

@@ -1,14 +1,16 @@
 // lithe quantize -m IN -o OUT --method rtn|gptq|sparsegpt|magnitude [--bits 4] [--group 128] [--sym]
 //   [--act-order] [--static-groups] [--sparsity 0.5 | --nm 2:4] [--calib FILE] [--nsamples 128]
 //   [--seqlen 2048] [--seed 0] [--sink-tokens 0] [--percdamp 0.01] [--one-pass] [--device cpu|cuda] [--dequantize]
-//   [--max-layers N] [--force]
+//   [--max-layers N] [--activations auto|device|host|disk] [--force]
 // lithe quantize --synthetic llama2-7b [--dtype f16] --device cuda ...: timing only (nothing written).
 // Loads IN (cpu: dequantized to f32; cuda: f32/f16/bf16 kept, other formats f16, f32 with
 // --dequantize), runs the sequential calibration pipeline on that device (quantize/pipeline.h),
 // writes a lithe compressed checkpoint (compress/checkpoint.h) and reports time (forward /
 // hessian / solve), bits per weight (scales and zeros counted) and each linear's reconstruction
-// error ‖WX − ŴX‖²/‖WX‖². --synthetic makes a model of a known shape with random weights and
-// calibrates it on random token ids.
+// error ‖WX − ŴX‖²/‖WX‖². The calibration activations wait between blocks on the device, in
+// host memory or in an unlinked temporary file next to OUT (--activations, activation_store.h).
+// --synthetic makes a model of a known shape with random weights and calibrates it on random
+// token ids.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -27,7 +29,7 @@ namespace {
 
 struct Options {
   std::string model, out, method = "gptq", nm, calib = compress::kDefaultCalibrationText, device = "cpu";
-  std::string synthetic, dtype = "f16";
+  std::string synthetic, dtype = "f16", activations = "auto";
   int bits = 4;
   int64_t group = 128, nsamples = 128, seqlen = 2048, max_layers = -1, sink_tokens = 0;
   bool dequantize = false;
@@ -71,6 +73,7 @@ Status load(const Options& o, Device device, std::unique_ptr<Model>& model,
 Status run(const Options& o) {
   LITHE_ASSIGN(compress::CompressMethod method, compress::parse_compress_method(o.method));
   LITHE_ASSIGN(Device device, parse_device(o.device));
+  LITHE_ASSIGN(compress::ActivationPlacement activations, compress::parse_activation_placement(o.activations));
   const bool synthetic = !o.synthetic.empty();
   if (synthetic == !o.model.empty())
     return error(StatusCode::invalid_argument, "give -m MODEL (with -o OUT) or --synthetic NAME (timing only)");
@@ -99,6 +102,11 @@ Status run(const Options& o) {
   po.sink_tokens = o.sink_tokens;
   po.true_sequential = !o.one_pass;
   po.max_layers = o.max_layers;
+  po.activations = activations;
+  if (!synthetic) {  // a spill file next to the output, where its space is expected; else $TMPDIR
+    const std::filesystem::path parent = std::filesystem::absolute(o.out).parent_path();
+    if (std::filesystem::is_directory(parent)) po.spill_dir = parent.string();
+  }
   if (!o.nm.empty()) LITHE_TRY(parse_nm(o.nm, po.prune_n, po.prune_m));
 
   const auto t_load = std::chrono::steady_clock::now();
@@ -120,12 +128,13 @@ Status run(const Options& o) {
                r.sparsity, r.error, r.seconds);
   fmt::print("{} on {} ({} weights): {} linears in {} layers, {} windows x {} tokens: {:.1f} s (forward {:.1f}, "
              "hessian {:.1f}, solve {:.1f}; load {:.1f}); {:.3f} bits per weight (scales and zeros counted), sparsity "
-             "{:.3f}, mean error {:.3e}; X {:.2f} GB, H {:.2f} GB\n",
+             "{:.3f}, mean error {:.3e}; X {:.2f} GB ({}), H {:.2f} GB\n",
              compress::compress_method_name(method), device_name(device),
              dtype_name(model->weights().layers[0].wq.dtype()), rep.n_linears,
              rep.n_layers, rep.windows, o.seqlen, rep.seconds, rep.seconds_forward, rep.seconds_hessian,
              rep.seconds_solve, load_s, rep.avg_bits_per_weight, rep.sparsity, rep.mean_error,
-             static_cast<double>(rep.activation_bytes) / 1e9, static_cast<double>(rep.hessian_bytes) / 1e9);
+             static_cast<double>(rep.activation_bytes) / 1e9, compress::activation_placement_name(rep.activations),
+             static_cast<double>(rep.hessian_bytes) / 1e9);
   if (synthetic) {
     fmt::print("synthetic {} (random weights and token ids): nothing written\n", o.synthetic);
     return Status::ok();
@@ -203,6 +212,10 @@ void setup(CLI::App& sub, Runner& runner) {
   sub.add_option("--device", o->device, "where the model and the solvers run: cpu or cuda")->capture_default_str();
   sub.add_flag("--dequantize", o->dequantize, "cuda: keep the weights in f32 (the cpu always does)");
   sub.add_option("--max-layers", o->max_layers, "compress only the first N blocks (-1: all), for timing")
+      ->capture_default_str();
+  sub.add_option("--activations", o->activations,
+                 "where the calibration activations wait between blocks: auto (the device when they fit, else host "
+                 "memory, else disk), device, host, or disk (an unlinked temporary file next to -o, or in $TMPDIR)")
       ->capture_default_str();
   sub.add_flag("--force", o->force, "replace an existing output directory");
   runner = [o] { return run(*o); };

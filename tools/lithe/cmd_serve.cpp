@@ -14,11 +14,13 @@ struct Options {
   serve::ServerOptions server;
   int64_t max_body_kib = 1024;
   bool batch_invariant = true;
+  CacheOptions cache;
 };
 
 Status run(Options& o) {
   LITHE_ASSIGN(auto model, o.model.load());
   o.server.engine.ctx = o.model.ctx;
+  LITHE_ASSIGN(o.server.engine.cache, o.cache.spec(o.cache.policy, *model, o.model.ctx));
   LITHE_ASSIGN(o.server.engine.kv_dtype, o.model.kv_dtype());
   // Dummy rows keep the CPU kernels on one summation order (serve::EngineOptions::min_rows).
   o.server.engine.min_rows = o.batch_invariant && model->backend().device() == Device::cpu ? 5 : 0;
@@ -54,6 +56,9 @@ void setup(CLI::App& sub, Runner& runner) {
   sub.add_flag("--batch-invariant,!--no-batch-invariant", o->batch_invariant,
                "cpu: pad small batches to 5 rows so a request's text does not depend on the requests batched with it "
                "(default on; off is faster for one stream)");
+  o->cache.add(sub, "each request's KV cache: full (prompt + max_tokens <= --ctx), window or sink (--sinks first "
+               "tokens + the last --window: a request may run past --ctx)", 0,
+               "window / sink (0: --ctx minus the sinks)");
   runner = [o] { return run(*o); };
 }
 

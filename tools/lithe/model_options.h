@@ -10,6 +10,7 @@
 
 #include "lithe/decode/sampler.h"
 #include "lithe/models/model.h"
+#include "lithe/runtime/cache_policy.h"
 
 namespace lithe::cli {
 
@@ -40,6 +41,31 @@ struct ModelOptions {
     if (kv_type == "f32") return DType::f32;
     if (kv_type == "f16") return DType::f16;
     return error(StatusCode::invalid_argument, "--kv-type '{}' is not supported: use f32 or f16", kv_type);
+  }
+};
+
+// --cache / --sinks / --window: the KV cache policy of a sequence (runtime/cache_policy.h).
+struct CacheOptions {
+  std::string policy = "full";
+  int64_t sinks = 4;
+  int64_t window = 0;  // 0: the command's default
+
+  void add(CLI::App& app, const std::string& policies, int64_t default_window, const std::string& window_help) {
+    window = default_window;
+    app.add_option("--cache", policy, "KV cache policy: " + policies)->capture_default_str();
+    app.add_option("--sinks", sinks, "attention-sink tokens kept by --cache sink")->capture_default_str();
+    app.add_option("--window", window, "most recent tokens kept by --cache " + window_help)->capture_default_str();
+  }
+  // The spec for one policy name (--window 0 -> default_span minus the sinks, when default_span > 0),
+  // checked against the model's trained context.
+  Result<CacheSpec> spec(std::string_view name, const Model& model, int64_t default_span) const {
+    CacheSpec s;
+    LITHE_ASSIGN(s.policy, parse_cache_policy(name));
+    s.sinks = s.policy == CachePolicy::sink ? sinks : 0;
+    if (sinks < 0) return error(StatusCode::invalid_argument, "--sinks {} must be >= 0", sinks);
+    s.window = window != 0 || default_span <= 0 ? window : default_span - s.sinks;
+    LITHE_TRY(validate_cache_spec(s, model.config().max_context));
+    return s;
   }
 };
 

@@ -29,7 +29,9 @@ struct GenerateResult {
 };
 
 // Runs `prompt` after whatever `cache` already holds, reusing the cached prefix it shares with
-// `history` (the ids the cache was built from; updated to include prompt and output).
+// `history` (the ids the cache has seen; updated to include prompt and output). A rolling cache
+// (sink / window policy) never ends a reply with "context": it evicts, and takes prompts longer
+// than itself in chunks of at most its window.
 // on_text returns false to stop early (client gone).
 Result<GenerateResult> generate(Model& model, KvCache& cache, std::vector<int32_t>& history,
                                 const std::vector<int32_t>& prompt, const GenerateOptions& opts,

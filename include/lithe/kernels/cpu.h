@@ -62,6 +62,13 @@ struct RopeTable {
 };
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* pos, const RopeTable& table,
           RopeStyle style);
+// cos and sin of every pair's angle at positions [0, n_pos), as rope() computes them:
+// [n_pos][rot_dim / 2][cos, sin].
+std::vector<float> rope_angles(const RopeTable& table, int64_t n_pos);
+// rope() with the angles looked up in a rope_angles() table (every pos[t] below its n_pos): the
+// same floats as rope(), without a cos / sin per token (for rotating many cached keys per step).
+void rope_lookup(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* pos,
+                 const RopeTable& table, const float* angles, RopeStyle style);
 
 // ---- attention ----------------------------------------------------------------------------------
 // Causal multi-head attention with grouped KV heads for one sequence.

@@ -73,6 +73,24 @@ struct RopeKvArgs {
   int32_t* kv_pos = nullptr;
 };
 Status rope_kv_store(const RopeKvArgs& a, Stream s);
+// Keys of a cache that keeps them before RoPE (the StreamingLLM rolling cache), rotated for one
+// attention call: dst[j] = k_cache[j] rotated at position kv_pos[j] (device; angles, pairs and
+// arithmetic as rope()) for slots j < *n (device, <= capacity); a slot whose position is
+// kNoKvPosition (holds no token, masked by attention) is copied unrotated. dst and k_cache:
+// [capacity][n_kv_heads * head_dim] in kv.
+inline constexpr int32_t kNoKvPosition = 0x7fffffff;  // KvCache::kNoPosition
+struct RopeKeysArgs {
+  const void* k_cache = nullptr;
+  void* dst = nullptr;
+  KvType kv = KvType::f16;
+  const int32_t* kv_pos = nullptr;
+  const int32_t* n = nullptr;
+  int64_t capacity = 0, n_kv_heads = 0, head_dim = 0;
+  const float* inv_freq = nullptr;  // rot_dim / 2 device floats
+  int64_t rot_dim = 0;
+  RopeMode mode = RopeMode::half;
+};
+Status rope_keys(const RopeKeysArgs& a, Stream s);
 
 // ---- matrix-vector products for decode (matvec.cu) ------------------------------------------------
 // Up to 3 weight matrices sharing one input x [m][n_in], m <= kMatvecMaxRows, computed in one
@@ -80,11 +98,28 @@ Status rope_kv_store(const RopeKvArgs& a, Stream s);
 //   store:      y_j = result
 //   accumulate: y_j += result            (residual connections fused into the product)
 //   swiglu:     exactly 2 matrices (gate, up) of equal n_out; y_0 = silu(gate) * up, y_1 unused.
+//   rope_kv:    exactly 3 matrices (q, k, v; k and v of equal n_out) and `rope`: what store followed
+//               by rope_kv_store() gives, in one launch - y_0 = q and y_1 = k rotated at positions
+//               rope.pos (bit-identical to rope()), y_2 = v, and rows of k (rotated) and v written
+//               to cache slots rope.slots (pos to rope.kv_pos[slot] when kv_pos is not null).
 // n_in must be a multiple of 8 (16-byte rows of f16); weights 16-byte aligned.
 // With `norm` (w not null) the product's input is rmsnorm(x) (as rmsnorm() above, x unchanged):
 // the kernel computes each x row's 1/rms itself and scales x by norm.w as it reads it.
 inline constexpr int kMatvecMaxRows = 8;
-enum class Epilogue { store, accumulate, swiglu };
+enum class Epilogue { store, accumulate, swiglu, rope_kv };
+// The rope_kv epilogue's rotary embedding and cache (fields as in RopeKvArgs; head_dim even and
+// dividing n_out of q and of k; kv_dim = k's n_out).
+struct MatvecRope {
+  const int32_t* pos = nullptr;     // [m] device
+  const float* inv_freq = nullptr;  // rot_dim / 2 device floats
+  int64_t head_dim = 0, rot_dim = 0;
+  RopeMode mode = RopeMode::half;
+  const int64_t* slots = nullptr;  // [m] device
+  void* k_cache = nullptr;         // [capacity][kv_dim] in kv
+  void* v_cache = nullptr;
+  KvType kv = KvType::f16;
+  int32_t* kv_pos = nullptr;
+};
 struct MatvecOut {
   const void* w = nullptr;
   int64_t n_out = 0;
@@ -95,7 +130,7 @@ struct MatvecNorm {
   float eps = 0;
 };
 Status matvec(const MatvecOut* outs, int n_outs, WeightType t, int64_t n_in, const float* x, int64_t m,
-              Epilogue e, Stream s, const MatvecNorm& norm = {});
+              Epilogue e, Stream s, const MatvecNorm& norm = {}, const MatvecRope* rope = nullptr);
 
 // ---- attention (attention_prefill.cu, attention_decode.cu) ----------------------------------------
 // One sequence's causal attention with grouped KV heads (semantics of cpu::attention):

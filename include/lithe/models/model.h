@@ -14,6 +14,7 @@
 #include "lithe/formats/model_file.h"
 #include "lithe/models/model_config.h"
 #include "lithe/runtime/backend.h"
+#include "lithe/runtime/cache_policy.h"
 #include "lithe/runtime/kv_cache.h"
 #include "lithe/tokenizer/tokenizer.h"
 
@@ -86,11 +87,13 @@ class Model {
   const ModelFile& file() const { return *file_; }
 
   Result<KvCache> new_cache(int64_t capacity, DType kv_dtype = DType::f32);
+  // A cache of spec's policy (cache_policy.h); a full one holds ctx tokens.
+  Result<KvCache> new_cache(const CacheSpec& spec, int64_t ctx, DType kv_dtype = DType::f32);
 
   // Logits rows in batch order: for each sequence, all its tokens or only the last one.
   // logits has rows x vocab_size floats afterwards.
   Status forward(std::span<const SequenceInput> batch, std::vector<float>& logits);
-  // One sequence; positions continue from cache.size().
+  // One sequence; positions continue the cache's (a rolling cache assigns its own).
   Status forward(KvCache& cache, std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits);
   // As forward, but only the k largest logits of each row leave the backend (value descending,
   // ties by smaller id): vals/ids have rows x k entries afterwards. Greedy and top-k sampling

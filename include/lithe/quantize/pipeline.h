@@ -14,10 +14,11 @@
 //      later sites and blocks see compressed inputs; its reconstruction error
 //      tr(ΔW H ΔWᵀ)/tr(W H Wᵀ) is recorded.
 // Then all windows run through the now-compressed block (in place) to give X_{l+1}.
-// Memory: X (windows x seqlen x d_model f32, on the model's device) + one window's block
-// workspace + one H per site (n_in² f64 on the cpu, f32 on cuda; all four at once without
-// true_sequential). RTN and magnitude pruning need no H: without measure_error they skip every
-// forward pass. Embeddings, norms and the output head are left as they are.
+// Memory: X (windows x seqlen x d_model f32; on the model's device, in host memory or on disk:
+// activation_store.h) + one window's scratch and block workspace + one H per site (n_in² f64 on
+// the cpu, f32 on cuda; all four at once without true_sequential). RTN and magnitude pruning
+// need no H: without measure_error they skip every forward pass. Embeddings, norms and the
+// output head are left as they are.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +34,7 @@
 #include "lithe/compress/rtn.h"
 #include "lithe/compress/sparsegpt.h"
 #include "lithe/models/model.h"
+#include "lithe/quantize/activation_store.h"
 
 namespace lithe::compress {
 
@@ -67,6 +69,10 @@ struct PipelineOptions {
   // (default, 4 partial block passes per window); false: all four H from one pass of the
   // uncompressed block (the reference's opt.py; about 2.5x fewer block FLOPs).
   bool true_sequential = true;
+  // Where X waits between blocks (activation_store.h): auto = the model's device when it fits,
+  // else host memory, else a temporary file in spill_dir ("" = $TMPDIR, else /tmp).
+  ActivationPlacement activations = ActivationPlacement::automatic;
+  std::string spill_dir;
   int64_t max_layers = -1;  // compress only the first max_layers blocks (-1: all), for tests/timing
   bool progress = true;  // "layer i/N" bar with ETA on progress_out (stderr when null)
   std::FILE* progress_out = nullptr;
@@ -89,7 +95,8 @@ struct CompressedLinearResult {
 struct PipelineReport {
   int64_t n_layers = 0, n_linears = 0;
   int64_t windows = 0, tokens = 0;    // calibration windows and their total tokens
-  uint64_t activation_bytes = 0;     // X held on the model's device
+  uint64_t activation_bytes = 0;     // X (0 when no forward pass was needed)
+  ActivationPlacement activations = ActivationPlacement::device;  // where X was kept
   uint64_t hessian_bytes = 0;        // the H of one pass (largest)
   // seconds_solve: the solvers plus each linear's error measurement and weight write-back.
   double seconds = 0, seconds_forward = 0, seconds_hessian = 0, seconds_solve = 0;

@@ -87,10 +87,27 @@ class Backend {
                                 int64_t m, Tensor& gate, Tensor& up);
   // attention() of q and k after their rotary embedding: q [m, n_heads*head_dim] and k [m, kv_dim]
   // are rotated in place at positions q_pos (as rope()), then k (rotated) and v are stored and
-  // attended to as attention() does. Default: rope(q), rope(k), attention().
+  // attended to as attention() does. Default: rope(q), rope(k), attention(); pre_rope_attention()
+  // for a cache that keeps keys before RoPE. A backend overriding this must do the same.
   virtual Status rope_attention(KvCache& cache, int64_t layer, Tensor& q, Tensor& k, const Tensor& v, int64_t m,
                                 const int32_t* q_pos, const int64_t* slots, const cpu::RopeTable& table,
                                 cpu::RopeStyle style, const AttentionShape& shape, Tensor& out);
+  // rope_attention for a cache whose keys are kept before RoPE (KvCache::keys_pre_rope(): the sink
+  // and window policies, kv_cache.h): q is rotated in place at q_pos (the rolling cache's
+  // re-indexed positions of the new tokens); k, NOT rotated, and v are stored at `slots`; then
+  // every scanned slot s < cache.size() has its key rotated by cache.positions()[s] (same table,
+  // style and arithmetic as rope(); kNoPosition slots are masked, whatever their rotation) and
+  // attention runs as attention() does. The cached keys stay un-rotated. Default: unsupported.
+  virtual Status pre_rope_attention(KvCache& cache, int64_t layer, Tensor& q, const Tensor& k, const Tensor& v,
+                                    int64_t m, const int32_t* q_pos, const int64_t* slots, const cpu::RopeTable& table,
+                                    cpu::RopeStyle style, const AttentionShape& shape, Tensor& out);
+  // The attention half of a block for one sequence, from the block input x to the attention
+  // output: ys (q, k, v) = rmsnorm(x) · ws (rmsnorm_linear_many), then rope_attention() over them.
+  // A backend may fuse the rotation and the cache store into the projection. Default: those two.
+  virtual Status qkv_rope_attention(const InputNorm& norm, std::span<const Tensor* const> ws, const Tensor& x,
+                                    int64_t m, std::span<Tensor*> ys, KvCache& cache, int64_t layer,
+                                    const int32_t* pos, const int64_t* slots, const cpu::RopeTable& table,
+                                    cpu::RopeStyle style, const AttentionShape& shape, Tensor& out);
   // The k largest logits of each of `rows` rows with their ids (value descending, ties by smaller
   // id), into host arrays [rows][k]. Lets a device reduce the vocabulary before anything is copied.
   virtual Status top_k(const Tensor& logits, int64_t rows, int k, float* vals, int32_t* ids);

@@ -1,9 +1,25 @@
-// Contiguous per-sequence KV cache: for each layer, K and V slabs of [capacity][kv_dim] in f32 or
-// f16 (kv_dim = n_kv_heads * head_dim), plus the position held by each slot (shared by all
-// layers). Slots fill from 0; positions need not equal slot indices (attention-sink caches later
-// re-index them), which is why attention reads positions from here.
+// Per-sequence KV cache: for each layer, K and V slabs of [capacity][kv_dim] in f32 or f16
+// (kv_dim = n_kv_heads * head_dim), plus the position held by each slot (shared by all layers).
+// Attention reads positions from here, never from slot indices.
+//
+// A full cache (create) keeps every token: slots fill from 0, positions are the stream's, keys are
+// stored after RoPE, and append fails at capacity.
+//
+// A rolling cache (create_rolling; StreamingLLM) keeps the first `sinks` tokens of the stream (the
+// attention sinks; 0 for a plain sliding window) and the most recent `window`, forever:
+//   slots [0, S)        the sinks, in stream order
+//   slots [S, S + W)    a ring of the most recent tokens; the oldest sits at ring index head
+//   positions           re-indexed after every append and rewind, as if the kept tokens were the
+//                       whole sequence: sink i -> i, the ring's o-th oldest -> held sinks + o; a ring
+//                       slot holding no token -> kNoPosition (after every query, so never attended)
+//   keys                stored BEFORE RoPE (keys_pre_rope()): attention rotates each cached key by
+//                       its slot's current position, and the query by its own (the newest token's
+//                       position = held() - 1), so the rotations stay those of a from-scratch run
+//                       over the kept tokens.
+// Making room evicts the oldest ring token: O(1) per token, plus O(S + W) position writes per append.
 #pragma once
 
+#include <limits>
 #include <vector>
 
 #include "lithe/core/tensor.h"
@@ -12,9 +28,14 @@ namespace lithe {
 
 class KvCache {
  public:
+  static constexpr int32_t kNoPosition = std::numeric_limits<int32_t>::max();
+
   // Allocates capacity slots for n_layers on `device`. Errors name the bytes asked for.
   static Result<KvCache> create(int64_t n_layers, int64_t capacity, int64_t kv_dim, DType dtype,
                                 Device device = Device::cpu);
+  // A rolling cache of sinks + window slots (sinks >= 0, window >= 1).
+  static Result<KvCache> create_rolling(int64_t n_layers, int64_t sinks, int64_t window, int64_t kv_dim, DType dtype,
+                                        Device device = Device::cpu);
 
   // Unique per created cache (kept by moves): tells one cache's buffers from another's even when
   // a new cache object reuses a freed one's address.
@@ -23,15 +44,31 @@ class KvCache {
   int64_t capacity() const { return capacity_; }
   int64_t kv_dim() const { return kv_dim_; }
   DType dtype() const { return dtype_; }
-  int64_t size() const { return size_; }  // filled slots
+  // Slots attention scans: [0, size()). A rolling cache may have unheld slots in there (kNoPosition).
+  int64_t size() const { return size_; }
   size_t bytes() const;
 
-  // Reserves the next m slots for positions pos[0..m); returns their slot indices. The caller
-  // writes K/V of every layer for them. Error when the cache is full (names capacity).
+  bool rolling() const { return rolling_; }
+  // Keys are cached before RoPE and rotated at attention time by positions() (rolling caches).
+  bool keys_pre_rope() const { return rolling_; }
+  int64_t sinks() const { return sinks_; }
+  int64_t window() const { return window_; }
+  // Tokens appended since the last clear (a full cache: size()); held(): tokens attention sees.
+  int64_t seen() const { return rolling_ ? seen_ : size_; }
+  int64_t held() const { return rolling_ ? n_sink_ + n_win_ : size_; }
+  // Tokens one append may take: all free slots of a full cache, the window of a rolling one.
+  int64_t max_append() const { return rolling_ ? window_ : capacity_ - size_; }
+
+  // Reserves slots for the next m tokens; returns their slot indices. The caller writes K/V of
+  // every layer for them. A full cache records positions pos[0..m) and fails when full (naming the
+  // capacity); a rolling cache evicts what it must, ignores `pos` (may be null) and re-indexes:
+  // the new tokens' positions are positions()[slot]. It fails when m > window().
   Result<std::vector<int64_t>> append(const int32_t* pos, int64_t m);
-  void clear() { size_ = 0; }
-  // Drops slots from `n` on (e.g. to re-run a suffix).
-  void truncate(int64_t n) { size_ = std::min(size_, std::max<int64_t>(0, n)); }
+  void clear();
+  // Keeps the first n tokens of the stream (n >= seen(): unchanged), e.g. to re-run a suffix;
+  // returns seen() afterwards. A rolling cache that has evicted some of tokens [n, seen()) cannot
+  // go back there and clears itself (returns 0): the caller re-runs the stream from the start.
+  int64_t rewind(int64_t n);
 
   Tensor& k(int64_t layer) { return k_[static_cast<size_t>(layer)]; }
   Tensor& v(int64_t layer) { return v_[static_cast<size_t>(layer)]; }
@@ -41,12 +78,18 @@ class KvCache {
   Tensor& device_positions() { return pos_dev_; }
 
  private:
+  void reindex();  // rolling: positions and size_ from the sink count and the ring
+
   std::vector<Tensor> k_, v_;  // per layer: [capacity, kv_dim]
   std::vector<int32_t> pos_;   // [capacity]
   Tensor pos_dev_;             // [capacity] on the device, for device caches
   int64_t capacity_ = 0, kv_dim_ = 0, size_ = 0;
   uint64_t id_ = 0;
   DType dtype_ = DType::f32;
+  // Rolling caches: sinks held, ring head / tokens held / slots ever used since the ring was empty.
+  bool rolling_ = false;
+  int64_t sinks_ = 0, window_ = 0, seen_ = 0;
+  int64_t n_sink_ = 0, head_ = 0, n_win_ = 0, ring_used_ = 0;
 };
 
 }  // namespace lithe

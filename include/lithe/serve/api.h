@@ -49,7 +49,9 @@ struct PromptFormat {
   ChatRenderOptions render;
 };
 // Fills req.gen.prompt (tokenized text or chat) and req.gen.max_tokens; checks the context.
-std::optional<ApiError> prepare(ApiRequest& req, const PromptFormat& format, int64_t ctx);
+// rolling: the server's caches are sink / window ones (EngineOptions::cache), which a request may
+// run past: ctx bounds neither the prompt nor max_tokens (default: ctx for chat, 16 otherwise).
+std::optional<ApiError> prepare(ApiRequest& req, const PromptFormat& format, int64_t ctx, bool rolling = false);
 
 // Response bodies. `id` like "cmpl-..." / "chatcmpl-...", created in Unix seconds.
 struct Completion {

@@ -32,6 +32,10 @@ struct EngineOptions {
   int64_t block_size = 16;     // tokens per KV block
   int64_t kv_blocks = 0;       // blocks in the pool; 0: enough for max_batch sequences of ctx / 4 tokens
   DType kv_dtype = DType::f32;
+  // Each sequence's cache: full (prompt + max_tokens <= ctx) or sink / window (cache_policy.h):
+  // a rolling cache of span <= ctx slots, so a request may run past ctx (it keeps the first
+  // sinks tokens and the most recent window).
+  CacheSpec cache;
   int64_t max_queue = 4096;    // waiting requests beyond which submit refuses (overloaded)
   // Pads every forward pass with dummy rows up to this many tokens (0: off). The CPU linear kernels
   // sum in another order for <= 4 rows (matrix-vector) than for more (matrix-matrix), so a
@@ -39,6 +43,8 @@ struct EngineOptions {
   int64_t min_rows = 0;
   Status validate() const;
   int64_t pool_blocks() const;  // kv_blocks, or its default
+  // KV slots a sequence of n tokens occupies: n, or at most the span of a rolling cache.
+  int64_t kv_slots(int64_t n) const { return cache.policy == CachePolicy::full ? n : std::min(n, cache.span(ctx)); }
 };
 
 struct GenRequest {

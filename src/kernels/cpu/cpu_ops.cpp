@@ -2,6 +2,7 @@
 // ISA, quantize activations once per call into the caller's thread-local buffer, and split the
 // work over global_pool(). Compiled for the baseline ISA; the SIMD code lives in kernels_*.cpp.
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -171,8 +172,9 @@ void add_inplace(float* y, const float* x, int64_t n) {
   });
 }
 
-void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* pos, const RopeTable& table_,
-          RopeStyle style) {
+namespace {
+void rope_impl(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* pos,
+               const RopeTable& table_, RopeStyle style, const float* angles) {
   const int64_t rot = table_.rot_dim;
   LITHE_CHECK_MSG(rot >= 0 && rot % 2 == 0 && rot <= head_dim && rot <= 1024 &&
                       static_cast<int64_t>(table_.inv_freq.size()) >= rot / 2,
@@ -183,11 +185,35 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const i
   const int s = style == RopeStyle::interleaved ? 0 : 1;
   const float* f = table_.inv_freq.data();
   ThreadPool& pool = global_pool();
-  if (n_tokens == 1 || !split(pool, static_cast<double>(n_tokens * (n_heads * rot + rot * 20)) / kFloatsPerUs))
-    return t.rope_tokens(x, 0, n_tokens, n_heads, head_dim, pos, f, rot, s);
+  const int64_t angle_cost = angles != nullptr ? 0 : rot * 20;
+  if (n_tokens == 1 || !split(pool, static_cast<double>(n_tokens * (n_heads * rot + angle_cost)) / kFloatsPerUs))
+    return t.rope_tokens(x, 0, n_tokens, n_heads, head_dim, pos, f, rot, s, angles);
   pool.parallel_for(n_tokens, 1, [&](int64_t b, int64_t e) {
-    t.rope_tokens(x, b, e, n_heads, head_dim, pos, f, rot, s);
+    t.rope_tokens(x, b, e, n_heads, head_dim, pos, f, rot, s, angles);
   });
+}
+}  // namespace
+
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* pos, const RopeTable& table_,
+          RopeStyle style) {
+  rope_impl(x, n_tokens, n_heads, head_dim, pos, table_, style, nullptr);
+}
+
+std::vector<float> rope_angles(const RopeTable& table_, int64_t n_pos) {
+  const int64_t half = table_.rot_dim / 2;
+  std::vector<float> a(static_cast<size_t>(std::max<int64_t>(0, n_pos) * 2 * half));
+  for (int64_t p = 0; p < n_pos; ++p)
+    for (int64_t i = 0; i < half; ++i) {
+      const double ang = static_cast<double>(p) * static_cast<double>(table_.inv_freq[static_cast<size_t>(i)]);
+      a[static_cast<size_t>((p * half + i) * 2)] = static_cast<float>(std::cos(ang));
+      a[static_cast<size_t>((p * half + i) * 2 + 1)] = static_cast<float>(std::sin(ang));
+    }
+  return a;
+}
+
+void rope_lookup(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* pos,
+                 const RopeTable& table_, const float* angles, RopeStyle style) {
+  rope_impl(x, n_tokens, n_heads, head_dim, pos, table_, style, angles);
 }
 
 Status attention(const AttentionArgs& a) {

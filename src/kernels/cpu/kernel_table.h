@@ -49,9 +49,10 @@ struct KernelTable {
   void (*rmsnorm_rows)(const float* x, const float* w, float eps, int64_t n, int64_t r0, int64_t r1, float* y);
   void (*silu_mul)(float* gate, const float* up, int64_t n);
   void (*add)(float* y, const float* x, int64_t n);
-  // Tokens [t0, t1) of rope(); style 0 interleaved, 1 half.
+  // Tokens [t0, t1) of rope(); style 0 interleaved, 1 half. angles: null (computed per token) or
+  // a rope_angles() table to look them up in.
   void (*rope_tokens)(float* x, int64_t t0, int64_t t1, int64_t n_heads, int64_t head_dim, const int32_t* pos,
-                      const float* inv_freq, int64_t rot_dim, int style);
+                      const float* inv_freq, int64_t rot_dim, int style, const float* angles);
   // Attention work items [i0, i1) (attention_item below), with per-thread scratch of
   // attention_scratch_floats(head_dim, q_block) floats (64-byte aligned).
   int64_t (*attention_scratch_floats)(int64_t head_dim, int64_t q_block);

@@ -46,12 +46,14 @@ void add(float* y, const float* x, int64_t n) {
 }
 
 void rope_tokens(float* x, int64_t t0, int64_t t1, int64_t n_heads, int64_t head_dim, const int32_t* pos,
-                 const float* inv_freq, int64_t rot_dim, int style) {
+                 const float* inv_freq, int64_t rot_dim, int style, const float* angles) {
   const int64_t half = rot_dim / 2;
   for (int64_t t = t0; t < t1; ++t) {
+    const float* row = angles != nullptr ? angles + pos[t] * rot_dim : nullptr;
     for (int64_t i = 0; i < half; ++i) {
       const double ang = static_cast<double>(pos[t]) * static_cast<double>(inv_freq[i]);
-      const float c = static_cast<float>(std::cos(ang)), s = static_cast<float>(std::sin(ang));
+      const float c = row ? row[2 * i] : static_cast<float>(std::cos(ang));
+      const float s = row ? row[2 * i + 1] : static_cast<float>(std::sin(ang));
       for (int64_t h = 0; h < n_heads; ++h) {
         float* v = x + (t * n_heads + h) * head_dim;
         const int64_t i0 = style == 0 ? 2 * i : i, i1 = style == 0 ? 2 * i + 1 : i + half;

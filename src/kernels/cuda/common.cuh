@@ -26,14 +26,14 @@ inline Status bad_arg(const std::string& msg) { return Status(StatusCode::invali
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // ---- programmatic dependent launch (PDL, sm_90+) ---------------------------------------------------
-// The decode-step kernels are launched with launch_pdl(): on Hopper such a kernel may be scheduled
-// while its predecessor in the stream still runs, hiding the launch gap between the hundreds of
-// small kernels of a decode step. Every kernel launched this way calls pdl_wait() before it reads
-// or writes anything a predecessor touches (griddepcontrol.wait: returns once the previous grid
-// has completed and its writes are visible; a no-op for normal launches). pdl_release() (an
-// early trigger for the successor) is not called: at every kernel's start it gained nothing on an
-// H100 (2026-11-21, bench/DEVICE_RUNS.md). LITHE_PDL=0 / =1 in the environment turns it off / on (side-by-side
-// timing; A100s never use it).
+// The decode-step kernels are launched with launch_pdl(): with PDL on, on Hopper such a kernel may
+// be scheduled while its predecessor in the stream still runs, hiding the launch gap between the
+// hundreds of small kernels of a decode step. Every kernel launched this way calls pdl_wait() before
+// it reads or writes anything a predecessor touches (griddepcontrol.wait: returns once the previous
+// grid has completed and its writes are visible; a no-op for normal launches), and pdl_release() at
+// its start (its successor may be scheduled once every block of it runs). PDL is off unless
+// LITHE_PDL=1: on the current decode step it measured slower on both an H100 and an H200
+// (device_info.cu, bench/RESULTS.md); A100s never use it.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -45,7 +45,7 @@ __device__ __forceinline__ void pdl_release() {
 #endif
 }
 
-bool pdl_enabled();  // device 0 is sm_90+ and LITHE_PDL or the measured per-GPU default says so (read once)
+bool pdl_enabled();  // LITHE_PDL=1 and device 0 is sm_90+ (read once)
 
 template <typename... Params, typename... Args>
 void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {

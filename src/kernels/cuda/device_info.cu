@@ -58,22 +58,20 @@ Status affine_f32(const Tensor& x, float a, float b, Tensor& out) {
 
 namespace detail {
 bool pdl_enabled() {
+  // Off unless LITHE_PDL=1 (and the device is sm_90+). Side by side on the current decode step
+  // (bench/cuda_decode_ab.sh, llama2-7b f16 tg at depth 512, 2026-11-21) it loses 3% on an H100
+  // (182.5 / 183.1 vs 188.6 / 188.8 tok/s) and 9.5% on an H200 (222.6 vs 246.1); it had gained
+  // 2.1% on an H200 before the decode fusions (early weight loads, folded norms, in-kernel merge).
   static const bool on = [] {
     const char* e = std::getenv("LITHE_PDL");
-    if (e != nullptr && std::strcmp(e, "0") == 0) return false;
+    if (e == nullptr || std::strcmp(e, "1") != 0) return false;
     int dev = 0, major = 0;
-    cudaDeviceProp prop{};
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
       cudaGetLastError();
       return false;
     }
-    if (major < 9) return false;
-    if (e != nullptr && std::strcmp(e, "1") == 0) return true;
-    // Default from side-by-side decode runs (bench/RESULTS.md, llama2-7b f16 tg at depth 512):
-    // on an H200 it gains 2.1% (252.1 vs 246.8 tok/s), on an H100 80GB HBM3 it loses 2.6%
-    // (179.5 vs 184.3), so it is off there unless LITHE_PDL=1.
-    return std::strstr(prop.name, "H100") == nullptr;
+    return major >= 9;
   }();
   return on;
 }

@@ -20,6 +20,9 @@
 //   griddepcontrol.wait (detail::pdl_wait, common.cuh). For M <= 2 (S = 1) each warp's first
 //   batch of weights is loaded before that wait, so it is in flight while the previous kernel
 //   finishes.
+// - rope_kv epilogue: slots pair the two rows one rotary pair turns (slot s and s + R/2, as gate
+//   and up under swiglu), so after the reduction one lane holds both sums, rotates them (angle in
+//   double, as rope_kv_kernel) and writes q, or k and v to their outputs and the cache slots.
 // - Folded RMSNorm (NORM): the loop multiplies by the norm weight g elementwise (x chunks when
 //   M < R, weight chunks otherwise: fewer products); the 1/rms factor of x row i, a per-row
 //   scalar, is applied to the finished sums. Its sum of squares: with S = 1 every warp reads
@@ -34,6 +37,7 @@
 #include <string>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/rope.cuh"
 
 namespace lithe::cuda {
 namespace {
@@ -76,6 +80,7 @@ struct Args {
   int n_in;
   int m;
   Epilogue epi;
+  MatvecRope rope;  // rope_kv only
 };
 
 // f32 values of one 16-byte weight chunk.
@@ -141,10 +146,48 @@ struct Slot {
   int64_t row;
   bool valid;
 };
+// rope_kv: flat pair p (rows 2p, 2p + 1 of the flat index space, matrix j) -> the two rows of
+// matrix j it covers: for q and k the elements rotary pair k of a head turns (rope_pair; past
+// rot_dim two neighbours, unrotated: k = -1), for v two neighbours. Pairs past the end are clamped
+// onto the last one (valid = false).
+struct RopePair {
+  int j, k;
+  int64_t ra, rb;
+  bool valid;
+};
+__device__ __forceinline__ RopePair rope_pair_of(const Args& a, int64_t p) {
+  RopePair r;
+  const int64_t pairs = a.rows / 2;
+  r.valid = p < pairs;
+  const int64_t f = 2 * (r.valid ? p : pairs - 1);
+  r.j = (f >= a.start1) + (f >= a.start2);
+  const int64_t local = f - (r.j == 0 ? 0 : r.j == 1 ? a.start1 : a.start2);
+  r.k = -1;
+  r.ra = local;
+  r.rb = local + 1;
+  if (r.j == 2) return r;
+  const int hd = static_cast<int>(a.rope.head_dim), half = static_cast<int>(a.rope.rot_dim / 2);
+  const int64_t base = local - local % hd;
+  const int k = static_cast<int>(local % hd) / 2;  // pair k of the head
+  if (k < half) {
+    const int2 e = detail::rope_pair(k, half, a.rope.mode == RopeMode::interleaved);
+    r.k = k;
+    r.ra = base + e.x;
+    r.rb = base + e.y;
+  }
+  return r;
+}
+
 template <int R>
 __device__ __forceinline__ Slot slot_of(const Args& a, int64_t g, int s) {
   Slot sl;
-  if (a.epi == Epilogue::swiglu) {
+  if (a.epi == Epilogue::rope_kv) {
+    constexpr int H = R / 2;
+    const RopePair p = rope_pair_of(a, g * H + s % H);
+    sl.valid = p.valid;
+    sl.j = p.j;
+    sl.row = s < H ? p.ra : p.rb;
+  } else if (a.epi == Epilogue::swiglu) {
     constexpr int H = R / 2;
     const int64_t f = g * H + s % H;
     sl.valid = f < a.rows;
@@ -294,6 +337,36 @@ __device__ __forceinline__ void reduce_scatter(float (&s)[N], int lane) {
   }
 }
 
+__device__ __forceinline__ void store_kv(void* cache, KvType kv, int64_t i, float v) {
+  if (kv == KvType::f16)
+    static_cast<__half*>(cache)[i] = __float2half_rn(v);
+  else
+    static_cast<float*>(cache)[i] = v;
+}
+
+// The rope_kv epilogue of pair p for x row i: va, vb are rows p.ra, p.rb of the product.
+__device__ __forceinline__ void rope_kv_out(const Args& a, const RopePair& p, int i, float va, float vb) {
+  const MatvecRope& r = a.rope;
+  const int32_t pos = r.pos[i];
+  if (p.k >= 0) {  // the angle as detail::rope_table computes it
+    double sn, cs;
+    sincos(static_cast<double>(pos) * static_cast<double>(r.inv_freq[p.k]), &sn, &cs);
+    const float2 o = detail::rope_rotate(va, vb, static_cast<float>(cs), static_cast<float>(sn));
+    va = o.x;
+    vb = o.y;
+  }
+  float* y = p.j == 0 ? a.y0 : p.j == 1 ? a.y1 : a.y2;
+  const int64_t n = p.j == 0 ? a.n0 : p.j == 1 ? a.n1 : a.n2;
+  y[i * n + p.ra] = va;
+  y[i * n + p.rb] = vb;
+  if (p.j == 0) return;
+  const int64_t slot = r.slots[i];
+  void* cache = p.j == 1 ? r.k_cache : r.v_cache;
+  store_kv(cache, r.kv, slot * n + p.ra, va);
+  store_kv(cache, r.kv, slot * n + p.rb, vb);
+  if (p.j == 1 && p.ra == 0 && r.kv_pos != nullptr) r.kv_pos[slot] = pos;
+}
+
 template <typename T, int M, bool NORM>
 __global__ void __launch_bounds__(kThreads, Cfg<M>::min_blocks) matvec_kernel(const Args a) {
   constexpr int R = Cfg<M>::R, U = Cfg<M>::U, S = Cfg<M>::S, E = Chunk<T>::E;
@@ -406,6 +479,11 @@ __global__ void __launch_bounds__(kThreads, Cfg<M>::min_blocks) matvec_kernel(co
     val *= inv;
     partner *= inv;
   }
+  if (a.epi == Epilogue::rope_kv) {
+    if (r >= R / 2) return;  // the pair's second row: its value went to this lane's partner
+    rope_kv_out(a, rope_pair_of(a, g * (R / 2) + r), i, val, partner);
+    return;
+  }
   if (a.epi == Epilogue::swiglu) {
     if (r >= R / 2) return;  // the up half: its value went to the gate lane
     a.y0[i * a.n0 + sl.row] = val / (1.f + expf(-val)) * partner;
@@ -423,7 +501,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<M>::min_blocks) matvec_kernel(co
 template <typename T, int M, bool NORM>
 Status launch(Args a, Stream s) {
   constexpr int R = Cfg<M>::R, S = Cfg<M>::S;
-  const int per_group = a.epi == Epilogue::swiglu ? R / 2 : R;
+  const int per_group = a.epi == Epilogue::swiglu ? R / 2 : R;  // rope_kv: R/2 pairs = R rows
   a.groups = detail::ceil_div(a.rows, per_group);
   const int64_t blocks = detail::ceil_div(a.groups, kWarps / S);
   cudaLaunchConfig_t cfg{};
@@ -466,10 +544,35 @@ bool overlap(const float* a, int64_t na, const float* b, int64_t nb) {
   return pa < pb + static_cast<uintptr_t>(nb) * sizeof(float) && pb < pa + static_cast<uintptr_t>(na) * sizeof(float);
 }
 
+// The rope_kv epilogue's arguments (cuda_ops.h).
+Status check_rope(const MatvecOut* outs, int n_outs, const MatvecRope* r) {
+  using detail::bad_arg;
+  const std::string f = "matvec rope_kv: ";
+  if (n_outs != 3) return bad_arg(f + "needs exactly 3 matrices (q, k, v), got n_outs = " + std::to_string(n_outs));
+  if (r == nullptr) return bad_arg(f + "no rope arguments");
+  if (r->head_dim < 2 || r->head_dim % 2 != 0)
+    return bad_arg(f + "head_dim " + std::to_string(r->head_dim) + " must be even, >= 2");
+  if (outs[0].n_out % r->head_dim != 0 || outs[1].n_out % r->head_dim != 0 || outs[1].n_out != outs[2].n_out)
+    return bad_arg(f + "q, k, v widths " + std::to_string(outs[0].n_out) + ", " + std::to_string(outs[1].n_out) +
+                   ", " + std::to_string(outs[2].n_out) + " must be whole heads of " + std::to_string(r->head_dim) +
+                   " with k and v equal");
+  if (r->rot_dim < 0 || r->rot_dim % 2 != 0 || r->rot_dim > r->head_dim || r->rot_dim > 2 * detail::kRopeMaxHalf)
+    return bad_arg(f + "rot_dim " + std::to_string(r->rot_dim) + " must be even, >= 0, <= head_dim " +
+                   std::to_string(r->head_dim) + " and <= " + std::to_string(2 * detail::kRopeMaxHalf));
+  if (r->mode != RopeMode::interleaved && r->mode != RopeMode::half)
+    return bad_arg(f + "unknown rope mode " + std::to_string(static_cast<int>(r->mode)));
+  if (r->kv != KvType::f32 && r->kv != KvType::f16)
+    return bad_arg(f + "unknown kv type " + std::to_string(static_cast<int>(r->kv)));
+  if (r->pos == nullptr || r->slots == nullptr || r->k_cache == nullptr || r->v_cache == nullptr ||
+      (r->rot_dim > 0 && r->inv_freq == nullptr))
+    return bad_arg(f + "null pos, slots, k_cache, v_cache or inv_freq");
+  return Status::ok();
+}
+
 }  // namespace
 
 Status matvec(const MatvecOut* outs, int n_outs, WeightType t, int64_t n_in, const float* x, int64_t m, Epilogue e,
-              Stream s, const MatvecNorm& norm) {
+              Stream s, const MatvecNorm& norm, const MatvecRope* rope) {
   using detail::bad_arg;
   const std::string f = "matvec: ";
   if (outs == nullptr) return bad_arg(f + "outs is null");
@@ -480,8 +583,9 @@ Status matvec(const MatvecOut* outs, int n_outs, WeightType t, int64_t n_in, con
     return bad_arg(f + "n_in = " + std::to_string(n_in) + " must be a positive multiple of 8 (at most 2^28)");
   if (t != WeightType::f32 && t != WeightType::f16 && t != WeightType::bf16)
     return bad_arg(f + "unknown weight type " + std::to_string(static_cast<int>(t)));
-  if (e != Epilogue::store && e != Epilogue::accumulate && e != Epilogue::swiglu)
+  if (e != Epilogue::store && e != Epilogue::accumulate && e != Epilogue::swiglu && e != Epilogue::rope_kv)
     return bad_arg(f + "unknown epilogue " + std::to_string(static_cast<int>(e)));
+  if (e == Epilogue::rope_kv) LITHE_TRY(check_rope(outs, n_outs, rope));
   if (e == Epilogue::swiglu) {
     if (n_outs != 2)
       return bad_arg(f + "swiglu needs exactly 2 matrices (gate, up), got n_outs = " + std::to_string(n_outs));
@@ -533,6 +637,7 @@ Status matvec(const MatvecOut* outs, int n_outs, WeightType t, int64_t n_in, con
   a.n_in = static_cast<int>(n_in);
   a.m = static_cast<int>(m);
   a.epi = e;
+  if (rope != nullptr) a.rope = *rope;
   switch (t) {
     case WeightType::f32: return launch_t<float>(a, s);
     case WeightType::f16: return launch_t<__half>(a, s);

@@ -7,11 +7,14 @@
 // q/k/v, swiglu and residual epilogues, the preceding RMSNorm folded in); more rows use
 // cublasGemmEx on an f16/bf16 copy of the activations with f32 output (f32 weights: f32 GEMM, no
 // TF32). Attention: rope_attention rotates q/k and fills the cache in one launch, then one decode
-// launch (split-K with the merge in its last blocks) or the prefill kernel.
+// launch (split-K with the merge in its last blocks) or the prefill kernel; at decode sizes
+// qkv_rope_attention does the rotation and the store in the q/k/v matvec's epilogue instead.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <map>
+#include <string_view>
 
 #include "lithe/kernels/cuda_device.h"
 #include "lithe/kernels/cuda_ops.h"
@@ -71,6 +74,13 @@ bool matvec_path(int64_t m, int64_t n_in) { return m <= cuda::kMatvecMaxRows && 
 // materialized norm it otherwise reads is always aligned).
 bool norm_folds(int64_t m, int64_t n_in, const Tensor& x) {
   return matvec_path(m, n_in) && reinterpret_cast<uintptr_t>(x.data()) % 16 == 0;
+}
+
+// False when the environment sets `name` to "0": turns a decode optimisation off for side-by-side
+// timing (LITHE_QKV_ROPE: the rope_kv epilogue). Read once.
+bool env_on(const char* name) {
+  const char* e = std::getenv(name);
+  return e == nullptr || std::string_view(e) != "0";
 }
 
 class CudaBackend final : public Backend {
@@ -209,15 +219,54 @@ class CudaBackend final : public Backend {
 
   Status attention(KvCache& cache, int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t m,
                    const int32_t* q_pos, const int64_t* slots, const AttentionShape& shape, Tensor& out) override {
-    return attend(cache, layer, q, k, v, m, q_pos, slots, shape, out, nullptr);
+    return attend(cache, layer, q, k, v, m, q_pos, slots, shape, out, Prologue::store);
   }
   // One launch rotates q and k and stores k and v (cuda::rope_kv_store), then attention.
   Status rope_attention(KvCache& cache, int64_t layer, Tensor& q, Tensor& k, const Tensor& v, int64_t m,
                         const int32_t* q_pos, const int64_t* slots, const cpu::RopeTable& table, cpu::RopeStyle style,
                         const AttentionShape& shape, Tensor& out) override {
+    if (cache.keys_pre_rope())  // a rolling (sink / window) cache keeps its keys un-rotated
+      return pre_rope_attention(cache, layer, q, k, v, m, q_pos, slots, table, style, shape, out);
     const Rope r{&table, style, q.data_as<float>(), k.data_as<float>()};
-    return attend(cache, layer, q, k, v, m, q_pos, slots, shape, out, &r);
+    return attend(cache, layer, q, k, v, m, q_pos, slots, shape, out, Prologue::rope_store, &r);
   }
+  // q rotated in place, k and v stored as they are, then every scanned key rotated by its slot's
+  // current position into scratch (cuda::rope_keys), which the attention kernel reads.
+  Status pre_rope_attention(KvCache& cache, int64_t layer, Tensor& q, const Tensor& k, const Tensor& v, int64_t m,
+                            const int32_t* q_pos, const int64_t* slots, const cpu::RopeTable& table,
+                            cpu::RopeStyle style, const AttentionShape& shape, Tensor& out) override {
+    LITHE_TRY(rope(q, m, shape.n_heads, shape.head_dim, q_pos, table, style));
+    const Rope r{&table, style, nullptr, nullptr};
+    return attend(cache, layer, q, k, v, m, q_pos, slots, shape, out, Prologue::store_pre_rope, &r);
+  }
+  // Decode sizes: the q/k/v matvec's rope_kv epilogue rotates and stores into the cache, then
+  // only the attention kernel runs (one launch fewer per layer).
+  Status qkv_rope_attention(const InputNorm& norm, std::span<const Tensor* const> ws, const Tensor& x, int64_t m,
+                            std::span<Tensor*> ys, KvCache& cache, int64_t layer, const int32_t* pos,
+                            const int64_t* slots, const cpu::RopeTable& table, cpu::RopeStyle style,
+                            const AttentionShape& shape, Tensor& out) override {
+    static const bool on = env_on("LITHE_QKV_ROPE");
+    if (!on || ws.size() != 3 || ys.size() != 3 || m > cuda::kDecodeMaxQueries || !norm_folds(m, ws[0]->dim(1), x) ||
+        ys[1]->dim(1) != cache.kv_dim() || cache.k(layer).device() != Device::cuda || cache.keys_pre_rope())
+      return Backend::qkv_rope_attention(norm, ws, x, m, ys, cache, layer, pos, slots, table, style, shape, out);
+    LITHE_ASSIGN(const float* freq, rope_freqs(table));
+    LITHE_ASSIGN(const void* dpos, steps_->stage(pos, static_cast<size_t>(m) * sizeof(int32_t)));
+    LITHE_ASSIGN(const void* dslots, steps_->stage(slots, static_cast<size_t>(m) * sizeof(int64_t)));
+    cuda::MatvecRope r;
+    r.pos = static_cast<const int32_t*>(dpos);
+    r.inv_freq = freq;
+    r.head_dim = shape.head_dim;
+    r.rot_dim = table.rot_dim;
+    r.mode = style == cpu::RopeStyle::interleaved ? cuda::RopeMode::interleaved : cuda::RopeMode::half;
+    r.slots = static_cast<const int64_t*>(dslots);
+    r.k_cache = cache.k(layer).data();
+    r.v_cache = cache.v(layer).data();
+    r.kv = cache.dtype() == DType::f16 ? cuda::KvType::f16 : cuda::KvType::f32;
+    r.kv_pos = layer == 0 && cache.device_positions().defined() ? cache.device_positions().data_as<int32_t>() : nullptr;
+    LITHE_TRY(project(ws, ys, x, m, cuda::Epilogue::rope_kv, &norm, &r));
+    return attend(cache, layer, *ys[0], *ys[1], *ys[2], m, pos, slots, shape, out, Prologue::none);
+  }
+
 
   Status to_host(const Tensor& x, int64_t m, float* dst) override {
     LITHE_TRY(check_act(x, m, -1, "to_host"));
@@ -282,7 +331,7 @@ class CudaBackend final : public Backend {
   // ys[j] (+)= x · ws[j]ᵀ for one epilogue: the matvec kernel for few rows, cuBLAS otherwise. With
   // `norm` the input is rmsnorm(x), folded into the matvec kernel (callers check norm_folds).
   Status project(std::span<const Tensor* const> ws, std::span<Tensor*> ys, const Tensor& x, int64_t m,
-                 cuda::Epilogue e, const InputNorm* norm = nullptr) {
+                 cuda::Epilogue e, const InputNorm* norm = nullptr, const cuda::MatvecRope* rope = nullptr) {
     const int64_t n_in = ws[0]->dim(1);
     LITHE_TRY(check_act(x, m, n_in, "linear input"));
     if (norm != nullptr) {
@@ -309,8 +358,9 @@ class CudaBackend final : public Backend {
       for (size_t j = 0; j < ws.size(); ++j) outs[j] = {ws[j]->data(), ws[j]->dim(0), ys[j]->data_as<float>()};
       cuda::MatvecNorm mn;
       if (norm != nullptr) mn = {norm->weight->data_as<float>(), norm->eps};
-      return cuda::matvec(outs, static_cast<int>(ws.size()), wt, n_in, x.data_as<float>(), m, e, stream_, mn);
+      return cuda::matvec(outs, static_cast<int>(ws.size()), wt, n_in, x.data_as<float>(), m, e, stream_, mn, rope);
     }
+    if (e == cuda::Epilogue::rope_kv) return error(StatusCode::internal, "rope_kv epilogue reached the GEMM path");
     if (e == cuda::Epilogue::swiglu)
       return error(StatusCode::internal, "swiglu epilogue reached the GEMM path");
     for (size_t j = 0; j < ws.size(); ++j)
@@ -357,7 +407,8 @@ class CudaBackend final : public Backend {
     return it->second.data_as<const float>();
   }
 
-  // The rotary embedding rope_attention applies (in place: q and k are its tensors' data).
+  // The rotary embedding rope_attention applies (in place: q and k are its tensors' data), or
+  // pre_rope_attention's (table and style only).
   struct Rope {
     const cpu::RopeTable* table;
     cpu::RopeStyle style;
@@ -365,11 +416,15 @@ class CudaBackend final : public Backend {
     float* k;
   };
 
-  // attention(), after rotating q and k when `rot` is set: stores k/v rows (and, for layer 0,
-  // their positions) into the cache, then the decode (m <= 8) or prefill kernel.
+  // What attend() does before attending: store k/v rows (and, for layer 0, their positions) into
+  // the cache, rotate q and k first and then store (`rot` given), nothing (already stored), or
+  // store and then rotate every cached key into scratch by the cache's positions (`rot` given).
+  enum class Prologue { store, rope_store, none, store_pre_rope };
+
+  // attention() after its prologue, then the decode (m <= 8) or prefill kernel.
   Status attend(KvCache& cache, int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t m,
                 const int32_t* q_pos, const int64_t* slots, const AttentionShape& shape, Tensor& out,
-                const Rope* rot) {
+                Prologue pro, const Rope* rot = nullptr) {
     const int64_t kv_dim = cache.kv_dim();
     LITHE_TRY(check_act(k, m, kv_dim, "attention k"));
     LITHE_TRY(check_act(v, m, kv_dim, "attention v"));
@@ -382,7 +437,7 @@ class CudaBackend final : public Backend {
       return error(StatusCode::invalid_argument, "attention: the KV cache is on {}, the backend on cuda",
                    device_name(cache.k(layer).device()));
     const float* freq = nullptr;
-    if (rot != nullptr) {
+    if (pro == Prologue::rope_store || pro == Prologue::store_pre_rope) {
       LITHE_ASSIGN(freq, rope_freqs(*rot->table));
     }
     const int32_t n_kv = static_cast<int32_t>(cache.size());
@@ -407,6 +462,26 @@ class CudaBackend final : public Backend {
     p.head_dim = shape.head_dim;
     p.scale = shape.scale;
     p.out = out.data_as<float>();
+    cuda::RopeKeysArgs rk;  // store_pre_rope: the keys attention reads, and every slot's position
+    if (pro == Prologue::store_pre_rope) {
+      static_assert(KvCache::kNoPosition == cuda::kNoKvPosition);
+      const size_t pos_bytes = static_cast<size_t>(cache.capacity()) * sizeof(int32_t);
+      LITHE_ASSIGN(const void* dall, steps_->stage(cache.positions(), pos_bytes));
+      LITHE_ASSIGN(void* keys, keys_.get(static_cast<size_t>(cache.k(layer).nbytes())));
+      rk.k_cache = p.k;
+      rk.dst = keys;
+      rk.kv = kt;
+      rk.kv_pos = static_cast<const int32_t*>(dall);
+      rk.n = p.n_kv;
+      rk.capacity = cache.capacity();
+      rk.n_kv_heads = shape.n_kv_heads;
+      rk.head_dim = shape.head_dim;
+      rk.inv_freq = freq;
+      rk.rot_dim = rot->table->rot_dim;
+      rk.mode = rot->style == cpu::RopeStyle::interleaved ? cuda::RopeMode::interleaved : cuda::RopeMode::half;
+      p.k = keys;
+      p.kv_pos = rk.kv_pos;
+    }
     size_t work_bytes = 0;
     if (m <= cuda::kDecodeMaxQueries) work_bytes = cuda::attention_decode_work_bytes(p);
     void* work = nullptr;
@@ -416,7 +491,7 @@ class CudaBackend final : public Backend {
     if (steps_->replaying()) return Status::ok();
     // Positions are written with layer 0's K/V (every layer shares them).
     int32_t* pos_out = layer == 0 ? kv_pos : nullptr;
-    if (rot != nullptr) {
+    if (pro == Prologue::rope_store) {
       cuda::RopeKvArgs r;
       r.q = rot->q;
       r.k = rot->k;
@@ -435,10 +510,11 @@ class CudaBackend final : public Backend {
       r.kv = kt;
       r.kv_pos = pos_out;
       LITHE_TRY(cuda::rope_kv_store(r, stream_));
-    } else {
+    } else if (pro == Prologue::store || pro == Prologue::store_pre_rope) {
       LITHE_TRY(cuda::kv_store(k.data_as<float>(), v.data_as<float>(), m, kv_dim, static_cast<const int64_t*>(dslots),
                                static_cast<const int32_t*>(dqpos), cache.k(layer).data(), cache.v(layer).data(), kt,
                                pos_out, stream_));
+      if (pro == Prologue::store_pre_rope) LITHE_TRY(cuda::rope_keys(rk, stream_));
     }
     if (m <= cuda::kDecodeMaxQueries) return cuda::attention_decode(p, work, stream_);
     return cuda::attention_prefill(p, n_kv, stream_);
@@ -448,7 +524,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   std::unique_ptr<StepGraph> steps_;
-  Scratch blas_ws_, x16_, attn_ws_, topk_vals_, topk_ids_;
+  Scratch blas_ws_, x16_, attn_ws_, topk_vals_, topk_ids_, keys_;
   std::map<const cpu::RopeTable*, Tensor> rope_;
 };
 

@@ -29,6 +29,11 @@ Result<StreamResult> stream_perplexity(Model& model, const std::vector<int32_t>&
   std::vector<float> lp;
   double nll_sum = 0, seg_sum = 0;
   int64_t seg_start = 0;
+  auto close_segment = [&] {
+    r.segments.push_back({seg_start, r.tokens, std::exp(seg_sum / static_cast<double>(r.tokens - seg_start))});
+    seg_start = r.tokens;
+    seg_sum = 0;
+  };
   const auto t0 = std::chrono::steady_clock::now();
   auto t_full = t0;  // when the attention span first became full
   for (int64_t t = 0; t < total; ++t) {  // token t predicts token t + 1
@@ -53,16 +58,11 @@ Result<StreamResult> stream_perplexity(Model& model, const std::vector<int32_t>&
     nll_sum += nll;
     seg_sum += nll;
     ++r.tokens;
-    if (r.tokens % o.segment == 0 || t + 1 == total) {
-      r.segments.push_back({seg_start, r.tokens, std::exp(seg_sum / static_cast<double>(r.tokens - seg_start))});
-      seg_start = r.tokens;
-      seg_sum = 0;
-    }
+    if (r.tokens % o.segment == 0 || t + 1 == total) close_segment();
     if (r.tokens % curve_every == 0) r.curve.emplace_back(r.tokens, nll_sum / static_cast<double>(r.tokens));
     if (progress && (r.tokens % 256 == 0 || t + 1 == total)) progress(r.tokens, total);
   }
-  if (seg_start < r.tokens)  // a full cache stopped mid-segment
-    r.segments.push_back({seg_start, r.tokens, std::exp(seg_sum / static_cast<double>(r.tokens - seg_start))});
+  if (seg_start < r.tokens) close_segment();  // a full cache stopped mid-segment
   if (r.curve.empty() || r.curve.back().first != r.tokens)
     r.curve.emplace_back(r.tokens, nll_sum / static_cast<double>(r.tokens));
   r.nll = nll_sum / static_cast<double>(r.tokens);

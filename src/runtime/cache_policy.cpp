@@ -1,3 +1,4 @@
+// KV cache policies by name, their checks and the caches they make (cache_policy.h).
 #include "lithe/runtime/cache_policy.h"
 
 namespace lithe {

@@ -94,7 +94,7 @@ Status Engine::check(const GenRequest& req) const {
   const auto p = static_cast<int64_t>(req.prompt.size());
   if (p == 0) return error(StatusCode::invalid_argument, "the prompt encodes to no tokens: send some text");
   if (req.max_tokens < 1) return error(StatusCode::invalid_argument, "max_tokens {} must be >= 1", req.max_tokens);
-  if (opts_.cache.policy == CachePolicy::full && p + req.max_tokens > opts_.ctx)
+  if (!opts_.cache.rolling() && p + req.max_tokens > opts_.ctx)
     return error(StatusCode::invalid_argument,
                  "this model's context is {} tokens, but {} were asked ({} in the prompt + {} max_tokens): shorten the "
                  "prompt or lower max_tokens",
@@ -244,8 +244,8 @@ bool Engine::step() {
     const int64_t todo = static_cast<int64_t>(s.tokens.size()) - s.n_cached;
     const int64_t have = static_cast<int64_t>(s.blocks.size() + blocks_.num_free()) * blocks_.block_size();
     int64_t room = have - s.n_cached;
-    if (opts_.cache.policy != CachePolicy::full)  // a rolling cache takes at most its window at once
-      room = std::min(opts_.cache.window, have >= opts_.cache.span(opts_.ctx) ? opts_.cache.window : room);
+    if (opts_.cache.rolling())  // at most its window at once; the whole window once its span has room
+      room = have >= opts_.cache.span(opts_.ctx) ? opts_.cache.window : std::min(opts_.cache.window, room);
     return std::max<int64_t>(0, std::min({todo, budget, room}));
   };
   for (auto& sp : running_) {
@@ -261,7 +261,7 @@ bool Engine::step() {
     const int64_t chunk = plan_chunk(s);
     // Admit only when the whole chunk fits (or the prompt is done, or a rolling cache's window is
     // full): otherwise wait for blocks.
-    const bool whole_window = opts_.cache.policy != CachePolicy::full && chunk == opts_.cache.window;
+    const bool whole_window = opts_.cache.rolling() && chunk == opts_.cache.window;
     if (chunk == 0 || (chunk < budget && chunk < static_cast<int64_t>(s.tokens.size()) && !whole_window)) break;
     auto cache = model_.new_cache(opts_.cache, static_cast<int64_t>(s.req.prompt.size()) + s.req.max_tokens,
                                   opts_.kv_dtype);

@@ -112,16 +112,16 @@ Status run_stream(Options& o) {
   for (const auto& r : runs)
     fmt::print("{:<22} {:>9} {:>10.3f} {:>10.2f} {:>14.2f}{}\n", run_label(r), r.tokens, r.ppl, r.ms_per_token,
                r.ms_per_token_full, r.stopped_at_context ? "  (stopped: context full)" : "");
-  size_t n_seg = 0;
-  for (const auto& r : runs) n_seg = std::max(n_seg, r.segments.size());
+  // Rows follow the run with the most segments (a full cache may stop early).
+  const std::vector<StreamSegment>& rows =
+      std::max_element(runs.begin(), runs.end(), [](const auto& a, const auto& b) {
+        return a.segments.size() < b.segments.size();
+      })->segments;
   fmt::print("\nper-segment perplexity\n{:<16}", "tokens");
   for (const auto& r : runs) fmt::print(" {:>22}", run_label(r));
   fmt::print("\n");
-  for (size_t i = 0; i < n_seg; ++i) {
-    const auto& first = std::max_element(runs.begin(), runs.end(), [&](const auto& a, const auto& b) {
-      return a.segments.size() < b.segments.size();
-    })->segments[i];
-    fmt::print("{:<16}", fmt::format("{}-{}", first.start, first.end));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    fmt::print("{:<16}", fmt::format("{}-{}", rows[i].start, rows[i].end));
     for (const auto& r : runs)
       fmt::print(" {:>22}", i < r.segments.size() ? fmt::format("{:.3f}", r.segments[i].ppl) : "-");
     fmt::print("\n");

@@ -20,6 +20,8 @@ struct CacheSpec {
   int64_t window = 0;  // window / sink / recompute: tokens kept besides the sinks
   // Attention span: S + W for sink, W for window / recompute, `ctx` for full.
   int64_t span(int64_t ctx) const;
+  // window / sink: a rolling cache that evicts instead of filling up.
+  bool rolling() const { return policy == CachePolicy::window || policy == CachePolicy::sink; }
 };
 
 // "full", "window", "recompute", "sink"; errors name the value and the choices.

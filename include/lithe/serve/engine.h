@@ -44,7 +44,7 @@ struct EngineOptions {
   Status validate() const;
   int64_t pool_blocks() const;  // kv_blocks, or its default
   // KV slots a sequence of n tokens occupies: n, or at most the span of a rolling cache.
-  int64_t kv_slots(int64_t n) const { return cache.policy == CachePolicy::full ? n : std::min(n, cache.span(ctx)); }
+  int64_t kv_slots(int64_t n) const { return cache.rolling() ? std::min(n, cache.span(ctx)) : n; }
 };
 
 struct GenRequest {

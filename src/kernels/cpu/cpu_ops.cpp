@@ -2,9 +2,9 @@
 // ISA, quantize activations once per call into the caller's thread-local buffer, and split the
 // work over global_pool(). Compiled for the baseline ISA; the SIMD code lives in kernels_*.cpp.
 #include <algorithm>
-#include <cmath>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <mutex>

@@ -193,7 +193,7 @@ void Server::generate(Endpoint ep, const httplib::Request& req, httplib::Respons
   auto parsed = parse_request(ep, req.body, opts_.model_id);
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
   auto r = std::make_shared<ApiRequest>(std::move(std::get<ApiRequest>(parsed)));
-  if (auto e = prepare(*r, format_, opts_.engine.ctx, opts_.engine.cache.policy != CachePolicy::full)) return send_error(res, *e);
+  if (auto e = prepare(*r, format_, opts_.engine.ctx, opts_.engine.cache.rolling())) return send_error(res, *e);
   if (Status st = engine_.check(r->gen); !st.is_ok())
     return send_error(res, {400, st.message(), "invalid_request_error", "max_tokens", "invalid_value"});
   auto submitted = engine_.submit(r->gen);

@@ -7,6 +7,13 @@
 //                       together exceed the L3 cache, so every call streams from DRAM as in decode.
 //                       linear_hot/*: one copy kept in cache (the kernel's compute ceiling).
 //                       m = 512: GFLOP/s = 2 m n_out n_in / time (prefill).
+//   gq_vs_q4/<weights>/<n_out>x<n_in>/m<m>/<isa>
+//                       group-quantized weights (cpu::pack_gq: int4 g128 asym/sym, g32, per channel,
+//                       int3, int2, int8; default int16 activations, "+int8acts" / "+f32acts":
+//                       GqActs::int8 / f32) next to q4_0 / q4_1 at the same
+//                       shapes, m = 1 and 64: GB/s = packed weight bytes (codes, scales, zeros) / time
+//                       (m = 1 streams from DRAM as above), GFLOP/s for m = 64. Run:
+//                       --benchmark_filter=gq_vs_q4
 //   smollm2/decode/*    (suffix /split_always, /split_never: force_split) the 211 linears of one SmolLM2-135M token (30 layers x q,k,v,o,gate,up,down
 //                       in q4_1 + the 49152x576 q8_0 head), distinct weights (~92 MB): tokens/s of
 //                       the linear layers alone. smollm2/prefill/*: the same at m = 512 (per token).
@@ -20,12 +27,14 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "lithe/core/half.h"
 #include "lithe/core/thread_pool.h"
 #include "lithe/kernels/cpu.h"
+#include "lithe/kernels/group_quant.h"
 
 namespace {
 
@@ -175,6 +184,94 @@ void BM_linear(benchmark::State& st, DType t, int64_t n_out, int64_t n_in, int64
   }
 }
 
+std::string dims(int64_t a, int64_t b) { return std::to_string(a) + "x" + std::to_string(b); }
+
+// ---- gq weights (pack_gq) next to the GGUF kinds --------------------------------------------------
+void BM_linear_gq(benchmark::State& st, lithe::QuantFormat f, int64_t n_out, int64_t n_in, int64_t m, cpu::Isa isa,
+                  cpu::GqActs acts) {
+  cpu::force_isa(isa);
+  cpu::force_gq_acts(acts);
+  const Tensor first = cpu::pack_gq(lithe::gq::random_matrix(f, n_out, n_in, 1, false)).value();
+  const auto wbytes = static_cast<int64_t>(first.nbytes());
+  // m = 1: copies of the packed bytes that together exceed the L3 cache (decode streams from DRAM).
+  const int64_t copies = m == 1 ? std::max<int64_t>(1, static_cast<int64_t>(kStreamBytes) / wbytes + 1) : 1;
+  std::vector<Tensor> ws{first};
+  for (int64_t c = 1; c < copies; ++c) {
+    auto buf = lithe::alloc_host(static_cast<size_t>(wbytes)).value();
+    std::memcpy(buf->data(), first.data(), static_cast<size_t>(wbytes));
+    ws.push_back(Tensor::packed(buf, 0, *first.packed()).value());
+  }
+  const auto x = random_acts(m * n_in, 7);
+  std::vector<float> y(static_cast<size_t>(m * n_out));
+  size_t i = 0;
+  for (auto _ : st) {
+    const lithe::Status s = cpu::linear(ws[i], x.data(), m, y.data());
+    if (!s.is_ok()) st.SkipWithError(s.to_string().c_str());
+    i = (i + 1) % ws.size();
+    benchmark::DoNotOptimize(y.data());
+  }
+  cpu::force_gq_acts(std::nullopt);
+  if (m == 1) {
+    st.counters["GB/s"] = benchmark::Counter(static_cast<double>(wbytes) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  } else {
+    st.counters["GFLOP/s"] =
+        benchmark::Counter(2.0 * static_cast<double>(m * n_out * n_in) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  }
+}
+
+void register_gq() {
+  struct G {
+    const char* name;
+    lithe::QuantFormat f;  // group 0: per channel
+    cpu::GqActs acts;
+  };
+  auto qf = [](int bits, int64_t group, bool sym) {
+    lithe::QuantFormat f;
+    f.bits = bits;
+    f.group = group;
+    f.sym = sym;
+    return f;
+  };
+  const G gq[] = {  // the default activation mode (int16) unless the name says otherwise
+      {"gq_int4_g128_asym", qf(4, 128, false), cpu::GqActs::int16},
+      {"gq_int4_g128_asym+int8acts", qf(4, 128, false), cpu::GqActs::int8},
+      {"gq_int4_g128_asym+f32acts", qf(4, 128, false), cpu::GqActs::f32},
+      {"gq_int4_g128_sym", qf(4, 128, true), cpu::GqActs::int16},
+      {"gq_int4_g32_asym", qf(4, 32, false), cpu::GqActs::int16},
+      {"gq_int4_perchannel_sym", qf(4, 0, true), cpu::GqActs::int16},
+      {"gq_int3_g128_asym", qf(3, 128, false), cpu::GqActs::int16},
+      {"gq_int2_g128_asym", qf(2, 128, false), cpu::GqActs::int16},
+      {"gq_int8_g128_asym", qf(8, 128, false), cpu::GqActs::int16},
+  };
+  const std::pair<int64_t, int64_t> shapes[] = {{576, 1536}, {1536, 576}, {4096, 4096}};  // n_out, n_in
+  for (cpu::Isa isa : isas()) {
+    const std::string in = std::string(cpu::isa_name(isa));
+    for (int64_t m : {1, 64}) {
+      if (m > 1 && isa == cpu::Isa::scalar) continue;
+      for (const auto& [n_out, n_in] : shapes) {
+        std::string tail = "/";
+        tail.append(dims(n_out, n_in)).append("/m").append(std::to_string(m)).append("/").append(in);
+        auto name = [&](std::string_view weights) {  // (appends: GCC 12 -Wrestrict misfires on operator+)
+          std::string n = "gq_vs_q4/";
+          n.append(weights).append(tail);
+          return n;
+        };
+        for (DType t : {DType::q4_0, DType::q4_1})
+          benchmark::RegisterBenchmark(name(lithe::dtype_name(t)).c_str(), BM_linear, t, n_out, n_in, m, isa, false)
+              ->Unit(benchmark::kMicrosecond)
+              ->UseRealTime();
+        for (const G& g : gq) {
+          lithe::QuantFormat f = g.f;
+          if (f.group == 0) f.group = n_in;
+          benchmark::RegisterBenchmark(name(g.name).c_str(), BM_linear_gq, f, n_out, n_in, m, isa, g.acts)
+              ->Unit(benchmark::kMicrosecond)
+              ->UseRealTime();
+        }
+      }
+    }
+  }
+}
+
 // ---- SmolLM2-135M linears of one token (decode) / per token of a 512 prefill --------------------
 struct Layer {
   Tensor q, k, v, o, gate, up, down;
@@ -276,7 +373,6 @@ void BM_row_ops(benchmark::State& st, int64_t m, cpu::Isa isa) {
   }
 }
 
-std::string dims(int64_t a, int64_t b) { return std::to_string(a) + "x" + std::to_string(b); }
 
 void register_all() {
   benchmark::RegisterBenchmark("memcpy/256MB/1thread", BM_memcpy, false)->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -348,6 +444,7 @@ void register_all() {
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime();
   }
+  register_gq();
 }
 
 }  // namespace

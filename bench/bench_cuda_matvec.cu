@@ -35,26 +35,17 @@
 
 #include "lithe/kernels/cuda_ops.h"
 
+constexpr const char* kBenchName = "bench_cuda_matvec";
+#include "cuda_bench_util.cuh"
+
 namespace {
+
+using namespace bench;
 
 using lithe::cuda::Epilogue;
 using lithe::cuda::MatvecOut;
 using lithe::cuda::WeightType;
 
-void die(const char* what, const char* err, int line) {
-  std::fprintf(stderr, "bench_cuda_matvec:%d: %s failed: %s\n", line, what, err);
-  std::exit(1);
-}
-void check(cudaError_t e, const char* what, int line) {
-  if (e != cudaSuccess) die(what, cudaGetErrorString(e), line);
-}
-void check(cublasStatus_t e, const char* what, int line) {
-  if (e != CUBLAS_STATUS_SUCCESS) die(what, cublasGetStatusString(e), line);
-}
-void check(const lithe::Status& s, const char* what, int line) {
-  if (!s.is_ok()) die(what, s.to_string().c_str(), line);
-}
-#define CK(x) check((x), #x, __LINE__)
 
 // Deterministic pseudo-random values in [-scale, scale) written as T.
 template <typename T>
@@ -86,70 +77,7 @@ void fill(WeightType t, void* p, size_t n, uint32_t seed, float scale) {
   if (t == WeightType::bf16) fill<__nv_bfloat16>(p, n, seed, scale);
 }
 
-// Holds the stream busy for `ns` nanoseconds (globaltimer), so the launches queued behind it run
-// back to back whatever the CPU's launch cost.
-__global__ void spin_kernel(uint64_t ns) {
-  uint64_t t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  } while (t - t0 < ns);
-}
-
-struct Timing {
-  double median_us, b2b_us;  // isolated runs (median), back to back (mean)
-};
-
 __global__ void empty_kernel() {}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// Times launch(i) for i = 0..reps-1 queued behind a spin kernel, an event between runs.
-template <typename F>
-Timing time_runs(F&& launch, int reps, cudaStream_t s) {
-  for (int i = 0; i < 3; ++i) launch(i);
-  std::vector<cudaEvent_t> ev(reps + 1);
-  for (auto& e : ev) CK(cudaEventCreate(&e));
-  spin_kernel<<<1, 1, 0, s>>>(2'000'000 + 60'000ull * reps);
-  CK(cudaEventRecord(ev[0], s));
-  for (int i = 0; i < reps; ++i) {
-    launch(i);
-    CK(cudaEventRecord(ev[i + 1], s));
-  }
-  CK(cudaStreamSynchronize(s));
-  std::vector<double> us(reps);
-  for (int i = 0; i < reps; ++i) {
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]));
-    us[i] = ms * 1e3;
-  }
-  // Back to back: no event between runs (as in a replayed graph), time = total / runs.
-  spin_kernel<<<1, 1, 0, s>>>(2'000'000 + 60'000ull * reps);
-  CK(cudaEventRecord(ev[0], s));
-  for (int i = 0; i < reps; ++i) launch(i);
-  CK(cudaEventRecord(ev[1], s));
-  CK(cudaStreamSynchronize(s));
-  float b2b = 0;
-  CK(cudaEventElapsedTime(&b2b, ev[0], ev[1]));
-  for (auto& e : ev) CK(cudaEventDestroy(e));
-  return {median(us), b2b * 1e3 / reps};
-}
-
-double copy_bandwidth(int reps, cudaStream_t s) {
-  const size_t bytes = size_t{1} << 30;
-  void *a, *b;
-  CK(cudaMalloc(&a, bytes));
-  CK(cudaMalloc(&b, bytes));
-  CK(cudaMemsetAsync(a, 1, bytes, s));
-  const Timing t = time_runs([&](int) { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s)); }, reps, s);
-  CK(cudaFree(a));
-  CK(cudaFree(b));
-  return 2.0 * bytes / (t.median_us * 1e-6) / 1e9;
-}
 
 struct Shape {
   const char* name;

@@ -7,6 +7,11 @@ ratios; --json writes them too.
     .venv/bin/python bench/cpu_vs_llamacpp.py --model models/SmolLM2-135M-Instruct.Q4_1.gguf \
         --threads 2 --llama-python /tmp/venv-llama/bin/python
 llama.cpp is llama-cpp-python from PyPI (built from source by pip), run in its own interpreter.
+
+Compressed formats (issue 7): --lithe-model runs lithe on another file (a lithe int4 g128
+checkpoint of the same model) while llama.cpp runs --model; --llama-quant q4_0 first requantizes
+--model to that GGUF type with llama.cpp's own quantizer (written next to it, reused):
+    .venv/bin/python bench/cpu_vs_llamacpp.py --lithe-model out/int4-g128 --llama-quant q4_0
 """
 import argparse
 import json
@@ -40,8 +45,28 @@ print(json.dumps({"pp": pp(), "tg": tg(), "version": llama_cpp.__version__}))
 """
 
 
+QUANTIZE_SNIPPET = r"""
+import sys, llama_cpp
+src, dst, ftype = sys.argv[1], sys.argv[2], getattr(llama_cpp, "LLAMA_FTYPE_MOSTLY_" + sys.argv[3].upper())
+p = llama_cpp.llama_model_quantize_default_params()
+p.ftype = ftype
+p.allow_requantize = True
+sys.exit(llama_cpp.llama_model_quantize(src.encode(), dst.encode(), p))
+"""
+
+
+def llama_requantize(args):
+    """--model requantized by llama.cpp to --llama-quant (cached next to --model)."""
+    src = Path(args.model)
+    dst = src.with_name(src.stem.split(".")[0] + f".{args.llama_quant.upper()}.gguf")
+    if not dst.exists():
+        subprocess.run([args.llama_python, "-c", QUANTIZE_SNIPPET, str(src), str(dst), args.llama_quant], check=True,
+                       capture_output=True)
+    return str(dst)
+
+
 def lithe_once(args):
-    cmd = [args.lithe, "bench", "-m", args.model, "-p", str(args.p), "-n", str(args.n), "-r", "1",
+    cmd = [args.lithe, "bench", "-m", args.lithe_model or args.model, "-p", str(args.p), "-n", str(args.n), "-r", "1",
            "--threads", str(args.threads), "--json"]
     j = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     return j["prompt_tokens_per_second"]["median"], j["gen_tokens_per_second"]["median"], j
@@ -64,7 +89,11 @@ def main():
     ap.add_argument("--llama-python", default="/tmp/venv-llama/bin/python")
     ap.add_argument("--lithe", default=str(ROOT / "build/bin/lithe"))
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--lithe-model", help="the file lithe runs (default: --model)")
+    ap.add_argument("--llama-quant", help="requantize --model for llama.cpp first (e.g. q4_0)")
     args = ap.parse_args()
+    if args.llama_quant:
+        args.model = llama_requantize(args)
     res = {"lithe": {"pp": [], "tg": []}, "llama.cpp": {"pp": [], "tg": []}}
     meta = {}
     for _ in range(args.r):
@@ -74,6 +103,7 @@ def main():
             res[name]["tg"].append(tg)
             meta[name] = j
     med = {k: {m: statistics.median(v[m]) for m in ("pp", "tg")} for k, v in res.items()}
+    print(f"lithe: {Path(args.lithe_model or args.model).name}; llama.cpp: {Path(args.model).name}")
     print(f"model {Path(args.model).name}, {args.threads} threads, pp{args.p} / tg{args.n}, median of {args.r}, "
           f"{platform.processor() or platform.machine()}, {time.strftime('%Y-%m-%d')}")
     print(f"{'engine':<12} {'pp tok/s':>10} {'tg tok/s':>10}")

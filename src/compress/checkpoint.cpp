@@ -204,29 +204,91 @@ Result<QuantizedMatrix> read_quantized_linear(const ModelFile& f, const std::str
   return q;
 }
 
+namespace {
+
+// The kept-weights mask [n_out][n_in] (1 = kept) of a pruned linear; empty when none is stored.
+Result<std::vector<uint8_t>> read_mask(const ModelFile& f, const std::string& hf_name, int64_t n_out, int64_t n_in) {
+  const std::string mask_name = hf_name + ".mask";
+  bool has_mask = false;
+  for (const auto& ti : f.tensors()) has_mask = has_mask || ti.name == mask_name;
+  if (!has_mask) return std::vector<uint8_t>{};
+  Shape s;
+  const DType u8[] = {DType::u8};
+  LITHE_ASSIGN(auto bits, read_vec<uint8_t>(f, mask_name, u8, 2, s));
+  if (s != Shape{n_out, (n_in + 7) / 8})
+    return error(StatusCode::invalid_argument, "tensor '{}' has shape {}, expected [{}, {}]", mask_name, shape_str(s),
+                 n_out, (n_in + 7) / 8);
+  return unpack_mask(bits, n_out, n_in);
+}
+
+}  // namespace
+
 Result<Tensor> read_compressed_linear(const ModelFile& f, const std::string& hf_name, DType out) {
   if (out != DType::f32 && out != DType::f16)
     return error(StatusCode::invalid_argument, "read_compressed_linear: dtype {} is not f32 or f16", dtype_name(out));
   auto q = read_quantized_linear(f, hf_name);
   if (!q) return q.status().with_context(fmt::format("compressed linear '{}'", hf_name));
   std::vector<float> w = dequantize(*q);
-  const std::string mask_name = hf_name + ".mask";
-  bool has_mask = false;
-  for (const auto& ti : f.tensors()) has_mask = has_mask || ti.name == mask_name;
-  if (has_mask) {
-    Shape s;
-    const DType u8[] = {DType::u8};
-    LITHE_ASSIGN(auto bits, read_vec<uint8_t>(f, mask_name, u8, 2, s));
-    if (s != Shape{q->n_out, (q->n_in + 7) / 8})
-      return error(StatusCode::invalid_argument, "tensor '{}' has shape {}, expected [{}, {}]", mask_name, shape_str(s),
-                   q->n_out, (q->n_in + 7) / 8);
-    const auto m = unpack_mask(bits, q->n_out, q->n_in);
-    for (size_t i = 0; i < w.size(); ++i)
-      if (m[i] == 0) w[i] = 0.0f;
-  }
+  LITHE_ASSIGN(auto mask, read_mask(f, hf_name, q->n_out, q->n_in));
+  for (size_t i = 0; i < mask.size(); ++i)
+    if (mask[i] == 0) w[i] = 0.0f;
   LITHE_ASSIGN(Tensor t, host_tensor(DType::f32, {q->n_out, q->n_in}, w));
   if (out == DType::f32) return t;
   return convert(t, out);
+}
+
+Result<gq::Matrix> to_runtime(const QuantizedMatrix& q, std::span<const uint8_t> mask) {
+  gq::Matrix m;
+  m.n_out = q.n_out;
+  m.n_in = q.n_in;
+  m.fmt = {.bits = q.bits, .group = q.group == 0 ? q.n_in : q.group, .sym = q.sym, .sparse24 = false};
+  const int64_t G = m.n_groups();
+  if (q.n_groups() != G || q.g_idx.size() != static_cast<size_t>(q.n_in))
+    return error(StatusCode::invalid_argument, "quantized [{}, {}]: {} groups / {} g_idx entries do not fit group {}",
+                 q.n_out, q.n_in, q.n_groups(), q.g_idx.size(), m.fmt.group);
+  // Kernel column order: columns stably sorted by group (act-order), so each group is contiguous.
+  std::vector<int32_t> order(static_cast<size_t>(q.n_in));
+  for (size_t c = 0; c < order.size(); ++c) order[c] = static_cast<int32_t>(c);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return q.g_idx[static_cast<size_t>(a)] < q.g_idx[static_cast<size_t>(b)];
+  });
+  bool identity = true;
+  for (int64_t k = 0; k < q.n_in; ++k) {
+    const int32_t c = order[static_cast<size_t>(k)];
+    if (q.g_idx[static_cast<size_t>(c)] != k / m.fmt.group)
+      return error(StatusCode::unsupported, "quantized [{}, {}]: group {} does not hold exactly {} columns (g_idx)",
+                   q.n_out, q.n_in, q.g_idx[static_cast<size_t>(c)], m.fmt.group);
+    identity = identity && c == k;
+  }
+  if (!identity) m.perm = order;
+  m.scales.resize(static_cast<size_t>(q.n_out * G));
+  m.zeros.resize(m.scales.size());
+  for (size_t i = 0; i < m.scales.size(); ++i) {
+    const float z = q.zeros[i];
+    if (z != std::round(z) || z < 0 || z > static_cast<float>((1 << q.bits) - 1))
+      return error(StatusCode::unsupported, "quantized [{}, {}]: zero point {} is not an integer code", q.n_out, q.n_in, z);
+    m.zeros[i] = static_cast<uint8_t>(z);
+    m.scales[i] = f32_to_f16(q.scales[i]);
+  }
+  m.codes.resize(q.codes.size());
+  for (int64_t r = 0; r < q.n_out; ++r)
+    for (int64_t k = 0; k < q.n_in; ++k) {
+      const auto c = static_cast<size_t>(r * q.n_in + order[static_cast<size_t>(k)]);
+      const bool pruned = !mask.empty() && mask[c] == 0;
+      m.codes[static_cast<size_t>(r * q.n_in + k)] = pruned ? m.zeros[static_cast<size_t>(r * G + k / m.fmt.group)] : q.codes[c];
+    }
+  m.fmt.sparse24 = !mask.empty() && gq::is_2to4(m);
+  LITHE_TRY(gq::validate(m));
+  return m;
+}
+
+Result<gq::Matrix> read_runtime_linear(const ModelFile& f, const std::string& hf_name) {
+  auto q = read_quantized_linear(f, hf_name);
+  if (!q) return q.status().with_context(fmt::format("compressed linear '{}'", hf_name));
+  LITHE_ASSIGN(auto mask, read_mask(f, hf_name, q->n_out, q->n_in));
+  auto m = to_runtime(*q, mask);
+  if (!m) return m.status().with_context(fmt::format("compressed linear '{}'", hf_name));
+  return m;
 }
 
 }  // namespace lithe::compress

@@ -32,6 +32,7 @@ constexpr std::array<DTypeTraits, kNumDTypes> kTraits = {{
     {"q5_k", 256, 176, false, true},  // f16 d, dmin; 12 B scales; 32 B qh; 128 B qs
     {"q6_k", 256, 210, false, true},  // 128 B ql; 64 B qh; 16 i8 scales; f16 d
     {"q8_k", 256, 292, false, true},  // f32 d; 256 i8; 16 i16 bsums
+    {"gq", 1, 0, false, true},        // sizes in the tensor's PackedWeight (core/packed.h)
 }};
 
 }  // namespace

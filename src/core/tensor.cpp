@@ -9,6 +9,11 @@ namespace lithe {
 
 std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
 
+std::string format_name(const QuantFormat& f, int64_t n_in) {
+  const std::string group = f.group == n_in ? "per-channel" : fmt::format("g{}", f.group);
+  return fmt::format("int{} {} {}{}", f.bits, group, f.sym ? "sym" : "asym", f.sparse24 ? " 2:4" : "");
+}
+
 Result<int64_t> checked_numel(const Shape& shape) {
   // The product of the non-zero dimensions must fit too: strides multiply them even when another
   // dimension is 0 (a hostile file's [0, 2^40, 2^40] must be refused, not overflow).
@@ -64,6 +69,9 @@ size_t span_bytes(DType dtype, const Shape& shape) {
 }  // namespace
 
 Result<Tensor> Tensor::empty(DType dtype, Shape shape, Device device) {
+  if (dtype == DType::gq)
+    return error(StatusCode::invalid_argument, "a gq tensor of shape {} is made by a backend's packer, not allocated",
+                 shape_str(shape));
   LITHE_TRY(check_shape(dtype, shape));
   const size_t bytes = span_bytes(dtype, shape);
   LITHE_ASSIGN(BufferPtr buf, device == Device::cpu ? alloc_host(bytes) : alloc_device(bytes));
@@ -71,6 +79,9 @@ Result<Tensor> Tensor::empty(DType dtype, Shape shape, Device device) {
 }
 
 Result<Tensor> Tensor::view(BufferPtr buffer, size_t offset, DType dtype, Shape shape) {
+  if (dtype == DType::gq)
+    return error(StatusCode::invalid_argument, "a gq tensor of shape {} needs its PackedWeight: use Tensor::packed",
+                 shape_str(shape));
   LITHE_TRY(check_shape(dtype, shape));
   const size_t bytes = span_bytes(dtype, shape);
   if (offset > buffer->size() || bytes > buffer->size() - offset)
@@ -83,6 +94,24 @@ Result<Tensor> Tensor::view(BufferPtr buffer, size_t offset, DType dtype, Shape 
   t.dtype_ = dtype;
   t.strides_ = contiguous_strides(dtype, shape);
   t.shape_ = std::move(shape);
+  return t;
+}
+
+Result<Tensor> Tensor::packed(BufferPtr buffer, size_t offset, const PackedWeight& p) {
+  if (p.n_out <= 0 || p.n_in <= 0 || p.bytes <= 0)
+    return error(StatusCode::invalid_argument, "packed weight [{}, {}] of {} bytes: sizes must be positive", p.n_out,
+                 p.n_in, p.bytes);
+  const auto bytes = static_cast<size_t>(p.bytes);
+  if (offset > buffer->size() || bytes > buffer->size() - offset)
+    return error(StatusCode::invalid_argument, "a packed [{}, {}] weight needs {} bytes at offset {} but the buffer holds {}",
+                 p.n_out, p.n_in, bytes, offset, buffer->size());
+  Tensor t;
+  t.buffer_ = std::move(buffer);
+  t.offset_ = offset;
+  t.dtype_ = DType::gq;
+  t.shape_ = {p.n_out, p.n_in};
+  t.strides_ = contiguous_strides(DType::gq, t.shape_);
+  t.packed_ = std::make_shared<const PackedWeight>(p);
   return t;
 }
 
@@ -99,7 +128,7 @@ int64_t Tensor::numel() const {
   return n;
 }
 
-size_t Tensor::nbytes() const { return span_bytes(dtype_, shape_); }
+size_t Tensor::nbytes() const { return packed_ ? static_cast<size_t>(packed_->bytes) : span_bytes(dtype_, shape_); }
 
 bool Tensor::is_contiguous() const { return strides_ == contiguous_strides(dtype_, shape_); }
 
@@ -114,6 +143,7 @@ const void* Tensor::data() const {
 }
 
 Result<Tensor> Tensor::reshape(Shape shape) const {
+  if (packed_) return error(StatusCode::unsupported, "cannot reshape the packed weight {}", describe());
   if (!is_contiguous())
     return error(StatusCode::invalid_argument, "cannot reshape the non-contiguous tensor {}", describe());
   LITHE_ASSIGN(int64_t n, checked_numel(shape));
@@ -124,6 +154,7 @@ Result<Tensor> Tensor::reshape(Shape shape) const {
 }
 
 Result<Tensor> Tensor::slice_rows(int64_t begin, int64_t end) const {
+  if (packed_) return error(StatusCode::unsupported, "cannot slice rows of the packed weight {}", describe());
   if (ndim() == 0 || begin < 0 || end < begin || end > shape_[0])
     return error(StatusCode::invalid_argument, "rows [{}, {}) out of range for {}", begin, end, describe());
   const int64_t block = dtype_traits(dtype_).block_elems;
@@ -138,6 +169,11 @@ Result<Tensor> Tensor::slice_rows(int64_t begin, int64_t end) const {
 }
 
 Result<Tensor> Tensor::to(Device device) const {
+  if (packed_) {
+    LITHE_ASSIGN(BufferPtr buf, device == Device::cpu ? alloc_host(nbytes()) : alloc_device(nbytes()));
+    LITHE_TRY(copy_bytes(*buf, 0, *buffer_, offset_, nbytes()));
+    return packed(std::move(buf), 0, *packed_);
+  }
   if (!is_contiguous())
     return error(StatusCode::unsupported, "copying the non-contiguous tensor {} is not supported", describe());
   LITHE_ASSIGN(Tensor out, empty(dtype_, shape_, device));
@@ -146,6 +182,8 @@ Result<Tensor> Tensor::to(Device device) const {
 }
 
 std::string Tensor::describe() const {
+  if (packed_)
+    return fmt::format("gq ({}) {} {}", format_name(packed_->fmt, packed_->n_in), shape_str(shape_), device_name(device()));
   return fmt::format("{} {} {}", dtype_name(dtype_), shape_str(shape_), device_name(device()));
 }
 

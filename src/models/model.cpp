@@ -43,6 +43,20 @@ class WeightReader {
                    shape_str(t->shape()), shape_str(want));
     return t;
   }
+  // The runtime form of a compressed checkpoint's quantized linear (compress/checkpoint.h), or
+  // nullopt when the weight is stored otherwise.
+  Result<std::optional<gq::Matrix>> quantized(const std::string& gguf_name, const Shape& want) const {
+    if (gguf_) return std::optional<gq::Matrix>{};
+    LITHE_ASSIGN(HfName n, gguf_to_hf_name(gguf_name, false));
+    if (!n.name.ends_with(".weight") || exists(n.name)) return std::optional<gq::Matrix>{};
+    const std::string base = n.name.substr(0, n.name.size() - 7);
+    if (!exists(base + ".qweight")) return std::optional<gq::Matrix>{};
+    LITHE_ASSIGN(gq::Matrix q, compress::read_runtime_linear(f_, base));
+    if (Shape{q.n_out, q.n_in} != want)
+      return error(StatusCode::invalid_argument, "linear '{}' is [{}, {}], expected {} from the model config", base,
+                   q.n_out, q.n_in, shape_str(want));
+    return std::optional<gq::Matrix>(std::move(q));
+  }
   bool has(const std::string& gguf_name) const {
     std::string name = gguf_name;
     if (!gguf_) {
@@ -111,7 +125,24 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
     }
     return m->backend_->prepare_weight(t);
   };
+  int64_t unpacked = 0;  // compressed linears no gq kernel of this backend runs
   auto load = [&](Tensor& dst, const std::string& name, const Shape& shape) -> Status {
+    if (!options.dequantize && options.packed_linears) {
+      auto q = r.quantized(name, shape);
+      if (!q && q.status().code() != StatusCode::unsupported) return q.status();
+      if (q && q->has_value()) {
+        auto t = m->backend_->prepare_quantized(**q);
+        if (t) {
+          dst = *t;
+          return Status::ok();
+        }
+        if (t.status().code() != StatusCode::unsupported) return t.status().with_context(name);
+        q = t.status();
+      }
+      if (!q && unpacked++ == 0)
+        log::warn("{}: {}; such matrices are dequantized to {} at load", name, q.status().message(),
+                  dtype_name(m->backend_->fallback_weight_dtype()));
+    }
     LITHE_ASSIGN(Tensor t, r.get(name, shape));
     LITHE_ASSIGN(dst, prep(std::move(t)));
     return Status::ok();
@@ -143,6 +174,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
     LITHE_TRY(load(L.w_up, nm("ffn_up.weight"), {c.d_ff, c.d_model}));
     LITHE_TRY(load(L.w_down, nm("ffn_down.weight"), {c.d_model, c.d_ff}));
   }
+  if (unpacked > 1) log::warn("{} compressed linears were dequantized at load", unpacked);
   return m;
 }
 

@@ -1,6 +1,7 @@
 // Synthetic models: the exact shapes of well-known checkpoints with uniform random weights made
 // on the backend's device, so speed at real sizes is measured without downloading real weights.
 #include <cmath>
+#include <map>
 
 #include "lithe/models/model.h"
 
@@ -33,12 +34,19 @@ Result<ModelConfig> synthetic_config(std::string_view name) {
 Result<std::unique_ptr<Model>> Model::synthetic(std::string_view name, std::string_view dtype, Device device,
                                                 uint64_t seed) {
   LITHE_ASSIGN(ModelConfig c, synthetic_config(name));
+  if (dtype.starts_with("int")) {
+    LITHE_ASSIGN(QuantFormat f, gq::parse_format(dtype));
+    return synthetic(c, DType::f16, device, seed, &f);
+  }
   const auto dt = dtype_from_name(dtype);
-  if (!dt) return error(StatusCode::invalid_argument, "--dtype '{}' is not a dtype: use f16, bf16 or f32", dtype);
+  if (!dt)
+    return error(StatusCode::invalid_argument, "--dtype '{}' is not a dtype: use f16, bf16, f32 or a gq format such "
+                 "as int4-g128", dtype);
   return synthetic(c, *dt, device, seed);
 }
 
-Result<std::unique_ptr<Model>> Model::synthetic(const ModelConfig& config, DType dtype, Device device, uint64_t seed) {
+Result<std::unique_ptr<Model>> Model::synthetic(const ModelConfig& config, DType dtype, Device device, uint64_t seed,
+                                                const QuantFormat* linears) {
   LITHE_TRY(config.validate());
   if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)
     return error(StatusCode::invalid_argument, "synthetic models are f32, f16 or bf16, not {}", dtype_name(dtype));
@@ -54,8 +62,22 @@ Result<std::unique_ptr<Model>> Model::synthetic(const ModelConfig& config, DType
     LITHE_ASSIGN(dst, m->backend_->alloc(dt, shape));
     return m->backend_->fill_random(dst, seed++, center, scale);
   };
-  auto matrix = [&](Tensor& dst, int64_t n_out, int64_t n_in) {
-    return make(dst, {n_out, n_in}, dtype, 0.0f, std::sqrt(3.0f / static_cast<float>(n_in)));
+  // gq linears: one random matrix packed per shape, copied to every layer (packing 7B-sized
+  // matrices on the host once per layer would dominate the start-up; the speed is the same).
+  std::map<std::pair<int64_t, int64_t>, Tensor> packed;
+  auto matrix = [&](Tensor& dst, int64_t n_out, int64_t n_in) -> Status {
+    const float amp = std::sqrt(3.0f / static_cast<float>(n_in));
+    if (linears == nullptr) return make(dst, {n_out, n_in}, dtype, 0.0f, amp);
+    auto it = packed.find({n_out, n_in});
+    if (it == packed.end()) {
+      QuantFormat f = *linears;
+      if (f.group == 0) f.group = n_in;
+      const gq::Matrix q = gq::random_matrix(f, n_out, n_in, seed++, false, 2.0f * amp);
+      LITHE_ASSIGN(Tensor t, m->backend_->prepare_quantized(q));
+      it = packed.emplace(std::pair{n_out, n_in}, std::move(t)).first;
+    }
+    LITHE_ASSIGN(dst, it->second.to(device));
+    return Status::ok();
   };
   auto norm = [&](Tensor& dst) { return make(dst, {c.d_model}, DType::f32, 1.0f, 0.1f); };
   ModelWeights& w = m->weights_;

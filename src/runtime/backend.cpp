@@ -21,6 +21,11 @@ Status check_activation(const Tensor& t, Device device, int64_t m, int64_t cols,
   return Status::ok();
 }
 
+Result<Tensor> Backend::prepare_quantized(const gq::Matrix& m) {
+  return error(StatusCode::unsupported, "the {} backend has no kernels for {} weights [{}, {}]", name(),
+               format_name(m.fmt, m.n_in), m.n_out, m.n_in);
+}
+
 Status Backend::linear_many(std::span<const Tensor* const> ws, const Tensor& x, int64_t m, std::span<Tensor*> ys) {
   if (ws.size() != ys.size())
     return error(StatusCode::invalid_argument, "linear_many: {} weights but {} outputs", ws.size(), ys.size());

@@ -26,6 +26,7 @@ class CpuBackend final : public Backend {
                    dtype_name(w.dtype()), w.describe());
     return w;  // zero-copy: kernels read the mapped file directly
   }
+  Result<Tensor> prepare_quantized(const gq::Matrix& m) override { return cpu::pack_gq(m); }
 
   Status embedding(const Tensor& table, const int32_t* ids, int64_t n, Tensor& out) override {
     const int64_t vocab = table.dim(0), d = table.dim(1);

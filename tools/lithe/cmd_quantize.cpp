@@ -64,6 +64,7 @@ Status load(const Options& o, Device device, std::unique_ptr<Model>& model,
   LoadOptions lo;
   lo.device = device;
   lo.dequantize = device == Device::cpu || o.dequantize;  // the cpu solvers work on f32 weights
+  lo.packed_linears = false;                              // the solvers read dense weights
   LITHE_ASSIGN(model, Model::load(o.model, lo));
   LITHE_ASSIGN(std::string text, read_text_file(o.calib));
   LITHE_ASSIGN(windows, compress::calibration_windows(model->tokenizer(), text, o.nsamples, o.seqlen, o.seed));

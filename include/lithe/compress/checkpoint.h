@@ -48,6 +48,7 @@
 #include "lithe/core/status.h"
 #include "lithe/core/tensor.h"
 #include "lithe/formats/model_file.h"
+#include "lithe/kernels/group_quant.h"
 
 namespace lithe::compress {
 
@@ -99,6 +100,15 @@ std::string quant_method(const ModelFile& f);
 Result<QuantizedMatrix> read_quantized_linear(const ModelFile& f, const std::string& hf_name);
 // Its dense weight [n_out][n_in] in `out` (f32 or f16): dequantize(q), masked when a mask is stored.
 Result<Tensor> read_compressed_linear(const ModelFile& f, const std::string& hf_name, DType out = DType::f32);
+
+// The runtime (gq) form of a quantized matrix: group = n_in for a per-row grid; columns sorted by
+// group when g_idx is not i / group (act-order: perm records the order); scales rounded to f16;
+// pruned weights (mask [n_out][n_in], 0 = pruned; may be empty) get their group's zero point as
+// code, and the format is marked 2:4 when the result has that pattern. unsupported (naming the
+// shape) when the groups cannot be made contiguous and whole, or a zero point is not an integer code.
+Result<gq::Matrix> to_runtime(const QuantizedMatrix& q, std::span<const uint8_t> mask);
+// to_runtime of linear `hf_name` of a "lithe" or "gptq" checkpoint, with its mask when stored.
+Result<gq::Matrix> read_runtime_linear(const ModelFile& f, const std::string& hf_name);
 
 // A host tensor of `dtype` and `shape` holding a copy of `v` (sizes must agree).
 template <typename T>

@@ -15,8 +15,11 @@ enum class DType : uint8_t {
   f32, f16, bf16, f64, i8, i16, i32, i64, u8, boolean, f8_e4m3, f8_e5m2,
   // ggml block types (layouts in kernels/ref/ggml_blocks.h)
   q4_0, q4_1, q5_0, q5_1, q8_0, q8_1, q2_k, q3_k, q4_k, q5_k, q6_k, q8_k,
+  // a packed weight matrix in one backend's layout (core/packed.h: group-quantized runtime
+  // formats); its Tensor carries the PackedWeight that describes the bytes
+  gq,
 };
-inline constexpr int kNumDTypes = static_cast<int>(DType::q8_k) + 1;
+inline constexpr int kNumDTypes = static_cast<int>(DType::gq) + 1;
 
 struct DTypeTraits {
   std::string_view name;  // lower-case, as printed and parsed ("f16", "q4_k")

@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "lithe/core/buffer.h"
 #include "lithe/core/dtype.h"
+#include "lithe/core/packed.h"
 
 namespace lithe {
 
@@ -24,6 +26,8 @@ class Tensor {
   static Result<Tensor> empty(DType dtype, Shape shape, Device device = Device::cpu);
   // A contiguous view of `buffer` at byte `offset`; checks that it fits and the row is whole blocks.
   static Result<Tensor> view(BufferPtr buffer, size_t offset, DType dtype, Shape shape);
+  // A packed weight matrix (dtype gq, shape [n_out, n_in]) of `p.bytes` bytes at `offset`.
+  static Result<Tensor> packed(BufferPtr buffer, size_t offset, const PackedWeight& p);
 
   bool defined() const { return buffer_ != nullptr; }
   DType dtype() const { return dtype_; }
@@ -37,15 +41,17 @@ class Tensor {
   Device device() const { return buffer_ ? buffer_->device() : Device::cpu; }
   const BufferPtr& buffer() const { return buffer_; }
   size_t offset() const { return offset_; }
+  // The layout of a gq tensor's bytes; null for every other dtype.
+  const PackedWeight* packed() const { return packed_.get(); }
 
   void* data();
   const void* data() const;
   template <typename T> T* data_as() { return static_cast<T*>(data()); }
   template <typename T> const T* data_as() const { return static_cast<const T*>(data()); }
 
-  // Same bytes, new shape (contiguous tensors only; numel must match).
+  // Same bytes, new shape (contiguous tensors only; numel must match; not for packed tensors).
   Result<Tensor> reshape(Shape shape) const;
-  // Rows [begin, end) of dimension 0 (a view; no copy).
+  // Rows [begin, end) of dimension 0 (a view; no copy; not for packed tensors).
   Result<Tensor> slice_rows(int64_t begin, int64_t end) const;
   // A contiguous copy on `device`.
   Result<Tensor> to(Device device) const;
@@ -58,6 +64,7 @@ class Tensor {
   DType dtype_ = DType::f32;
   Shape shape_;
   std::vector<int64_t> strides_;
+  std::shared_ptr<const PackedWeight> packed_;  // dtype gq only
 };
 
 // Contiguous byte strides for a shape (last stride 0 for block dtypes).

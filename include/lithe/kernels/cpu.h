@@ -13,6 +13,10 @@
 
 #include "lithe/core/tensor.h"
 
+namespace lithe::gq {
+struct Matrix;
+}
+
 namespace lithe::cpu {
 
 // scalar: plain C++ (the reference kernels, threaded); avx2: AVX2 + FMA + F16C;
@@ -39,8 +43,57 @@ void force_split(std::optional<bool> always);
 // quants are round-to-nearest-even of x / d clamped to [-127, 127]. f32/f16/bf16 weights use f32
 // math on the exactly converted weights. m == 1 is the decode (matrix-vector) path; m > 1 the
 // prefill (matrix-matrix) path. x and y must not overlap.
+//
+// gq (DType::gq, a tensor from pack_gq below): y = x · Wᵀ with W as gq::dequantize() defines it.
+// The activations are gathered by the act-order permutation (if any) once per call, then
+// quantized to 16 or 8 bits per 32 values (integer dot products, the zero points folded in
+// through the activation block sums) or kept in f32; see gq_acts().
 bool linear_supports(DType w);
 Status linear(const Tensor& w, const float* x, int64_t m, float* y);
+
+// ---- group-quantized (gq) weights ----------------------------------------------------------------
+// pack_gq lays a canonical gq::Matrix out once, at load, as a host tensor of DType::gq whose
+// PackedWeight has layout kLayoutCpuGq (geometry: src/kernels/cpu/gq_layout.h). Sections
+// (PackedWeight::section, 64-byte aligned):
+//   [0] rows   [n_out] packed rows, each one sequential stream (decode streams the matrix once):
+//                scales  f16 [ent_stride]  one per "entry", zero-padded to a multiple of 4
+//                zeros   u8  [ent_stride]  asym only (sym: section [1])
+//                codes   the row's kernel columns in units of 128 (4 blocks of 32)
+//              An entry is a group when group % 128 == 0 or group == n_in (a unit never straddles
+//              two groups: one broadcast scale per unit), otherwise a block of 32 (the group's
+//              scale repeated per block: 4 per unit, one lane permute). Scales stay f16 (converted
+//              in registers) and scale * zero is not stored: bytes are decode time. The kernels
+//              fold the zero points in per row as -sum_e s_e * z_e * X_e, X_e the entry's
+//              activation sum, computed once per call.
+//   [1] zeros  sym only: one shared row (2^(bits-1) repeated), read with row stride 0.
+//   [2] perm   i32 [n_in] (has_perm only): kernel column k multiplies x[perm[k]].
+// Codes of a unit: A[i] / B[i] (i < 64) are values i % 16 / 16 + i % 16 of block i / 16 (the
+// order the SIMD dot products take: a 32-bit lane sums values of one block):
+//   int8: A[0..63] then B[0..63] (128 bytes)     int4: byte i = A[i] | B[i] << 4 (64 bytes)
+//   int2: byte b < 32 = A[b] | A[32+b] << 2 | B[b] << 4 | B[32+b] << 6 (32 bytes)
+//   int3: the int2 bytes of the low 2 bits, then bit 2 as two bit planes: u64 little-endian,
+//         bit i = bit 2 of A[i], then the same for B (48 bytes)
+// A last partial unit (n_in % 128 != 0: nb = 1..3 blocks) holds, for int8, A[0..16nb) then
+// B[0..16nb); for int4 bytes [0, 16nb); int2 / int3 units are kept whole (absent codes 0).
+// Shapes: n_in a multiple of 32, group a multiple of 32 or == n_in (per channel); the last group
+// may be short. 2:4 sparse matrices run as dense ones (their pruned codes equal the zero point).
+// gq_supports: OK, or unsupported naming the format, the shape and what is required.
+inline constexpr int kLayoutCpuGq = 0x43505547;  // "CPUG"
+Status gq_supports(const QuantFormat& f, int64_t n_out, int64_t n_in);
+Result<Tensor> pack_gq(const gq::Matrix& m);
+
+// Activation mode of gq linears, chosen per call:
+//   int16 (default): 16-bit activations per 32 values (d = absmax / 32767), integer dot products
+//          (AVX-512 VNNI vpdpwssd, AVX2 pmaddwd): ~1e-5 relative error per output, the same
+//          perplexity as f32; decode stays memory-bound.
+//   int8:  8-bit activations per 32 values as the GGUF kinds (dpbusd / maddubs): fastest, but
+//          ~0.5-1% error per output (SmolLM2-135M int4 g128: +0.19% perplexity).
+//   f32:   exact f32 math up to summation order (codes converted to f32 in registers).
+// LITHE_GQ_ACTS=int16|int8|f32 (read once) or force_gq_acts() (tests, benchmarks; nullopt
+// restores the environment's choice).
+enum class GqActs { int8, int16, f32 };
+GqActs gq_acts();
+void force_gq_acts(std::optional<GqActs> mode);
 
 // ---- element-wise and row ops (all in f32) ---------------------------------------------------
 // y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, for m rows of n. y may alias x.

@@ -38,6 +38,9 @@ Result<ModelConfig> synthetic_config(std::string_view name);
 struct LoadOptions {
   Device device = Device::cpu;
   bool dequantize = false;  // every matrix as f32: the full-precision baseline
+  // A compressed checkpoint's quantized linears run packed, through the backend's gq kernels
+  // (Backend::prepare_quantized); false, or a matrix no kernel runs: dequantized at load.
+  bool packed_linears = true;
 };
 
 struct SequenceInput {
@@ -107,11 +110,14 @@ class Model {
   Status forward_logprobs(KvCache& cache, std::span<const int32_t> tokens, std::span<const int32_t> targets,
                           std::vector<float>& out);
   // A model with `config`'s shapes and uniform random weights of `dtype` made on the device (no
-  // file, no tokenizer): for measuring speed at real sizes without real weights.
+  // file, no tokenizer): for measuring speed at real sizes without real weights. With `linears`,
+  // the block's linear layers are random gq matrices of that format (group 0: per channel) packed
+  // by the backend, and the other weights are of `dtype`.
   static Result<std::unique_ptr<Model>> synthetic(const ModelConfig& config, DType dtype, Device device,
-                                                  uint64_t seed = 1);
+                                                  uint64_t seed = 1, const QuantFormat* linears = nullptr);
   // The same by names, as the CLI takes them: synthetic_config(name) with weights of `dtype`
-  // ("f16", "bf16" or "f32"); errors name the bad value.
+  // ("f16", "bf16", "f32", or a gq format for the linears as gq::parse_format reads it, e.g.
+  // "int4-g128", with f16 embeddings); errors name the bad value.
   static Result<std::unique_ptr<Model>> synthetic(std::string_view name, std::string_view dtype, Device device,
                                                   uint64_t seed = 1);
   bool has_tokenizer() const { return tokenizer_ != nullptr; }

@@ -13,6 +13,7 @@
 
 #include "lithe/core/tensor.h"
 #include "lithe/kernels/cpu.h"
+#include "lithe/kernels/group_quant.h"
 
 namespace lithe {
 
@@ -51,6 +52,10 @@ class Backend {
   // message naming the dtype when the backend cannot run it.
   virtual bool supports_weight(DType dtype) const = 0;
   virtual Result<Tensor> prepare_weight(const Tensor& host_weight) = 0;
+  // A group-quantized matrix (a compressed checkpoint's linear) packed once for this backend's gq
+  // kernels: a gq tensor on its device that linear() and the fused ops accept. unsupported (the
+  // message naming the format and shape) when no kernel here runs it; the loader then dequantizes it.
+  virtual Result<Tensor> prepare_quantized(const gq::Matrix& m);
 
   // out[i, :] = table[ids[i], :] as f32 (table in any dequantizable dtype).
   virtual Status embedding(const Tensor& table, const int32_t* ids, int64_t n, Tensor& out) = 0;

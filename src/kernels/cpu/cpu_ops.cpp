@@ -5,12 +5,15 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <string_view>
 
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/ref/cpu_ref.h"
+#include "lithe/core/log.h"
 #include "lithe/core/thread_pool.h"
 
 namespace lithe::cpu {
@@ -99,9 +102,112 @@ void force_split(std::optional<bool> always) {
   g_force_split.store(always ? (*always ? 1 : 0) : -1, std::memory_order_relaxed);
 }
 
-bool linear_supports(DType w) { return ref_detail::linear_kind(w).is_ok(); }
+bool linear_supports(DType w) { return w == DType::gq || ref_detail::linear_kind(w).is_ok(); }
+
+// ---- gq weights ---------------------------------------------------------------------------------
+namespace {
+
+GqActs initial_gq_acts() {
+  const char* env = std::getenv("LITHE_GQ_ACTS");
+  if (env == nullptr || *env == '\0') return GqActs::int16;
+  const std::string_view v(env);
+  if (v == "int8") return GqActs::int8;
+  if (v == "int16") return GqActs::int16;
+  if (v == "f32") return GqActs::f32;
+  log::warn("LITHE_GQ_ACTS='{}' is not one of int8, int16, f32; using int16", env);
+  return GqActs::int16;
+}
+
+std::atomic<int> g_forced_gq_acts{-1};  // -1: the environment's choice
+
+// The layout's sections must hold everything the kernels read (a tensor may come from elsewhere).
+Status check_gq_sections(const Tensor& w, const PackedWeight& p, const detail::GqGeom& g) {
+  const int64_t need[3] = {p.n_out * g.row_stride, p.fmt.sym ? g.ent_stride : 0, p.has_perm ? p.n_in * 4 : 0};
+  const auto addr = reinterpret_cast<uintptr_t>(w.data());
+  for (int i = 0; i < 3; ++i) {
+    const int64_t at = p.section[static_cast<size_t>(i)];
+    if (need[i] > 0 && (at < 0 || at > p.bytes || need[i] > p.bytes - at || (addr + static_cast<uint64_t>(at)) % 4 != 0))
+      return error(StatusCode::invalid_argument,
+                   "cpu linear: gq weight {}: section {} at byte {} (4-byte aligned) must hold {} bytes of the {} "
+                   "the tensor has",
+                   w.describe(), i, at, need[i], p.bytes);
+  }
+  return Status::ok();
+}
+
+Status linear_gq(const Tensor& w, const float* x, int64_t m, float* y) {
+  const PackedWeight* p = w.packed();
+  if (p == nullptr)
+    return error(StatusCode::invalid_argument, "cpu linear: gq weight {} carries no PackedWeight", w.describe());
+  if (p->layout != kLayoutCpuGq)
+    return error(StatusCode::unsupported,
+                 "cpu linear: gq weight {} is laid out for another backend (layout {:#x}; the CPU kernels read "
+                 "{:#x}, made by cpu::pack_gq)",
+                 w.describe(), p->layout, kLayoutCpuGq);
+  if (w.device() != Device::cpu)
+    return error(StatusCode::invalid_argument, "cpu linear: weight {} is not in host memory", w.describe());
+  LITHE_TRY(gq_supports(p->fmt, p->n_out, p->n_in));
+  const detail::GqGeom g = detail::gq_geom(p->fmt.bits, p->fmt.group, p->fmt.sym, p->n_out, p->n_in);
+  LITHE_TRY(check_gq_sections(w, *p, g));
+  if (m < 0) return error(StatusCode::invalid_argument, "cpu linear: m = {} must be >= 0", m);
+  if (m > 0 && (x == nullptr || y == nullptr))
+    return error(StatusCode::invalid_argument, "cpu linear: null {} pointer for m = {}", x == nullptr ? "x" : "y", m);
+  if (m == 0) return Status::ok();
+
+  const KernelTable& t = table();
+  ThreadPool& pool = global_pool();
+  const auto* base = static_cast<const uint8_t*>(w.data());
+  detail::GqJob j;
+  j.g = g;
+  j.mode = gq_acts();
+  j.rows = base + p->section[0];
+  j.zeros = p->fmt.sym ? base + p->section[1] : j.rows + 2 * g.ent_stride;
+  j.z_stride = p->fmt.sym ? 0 : g.row_stride;
+  j.m = m;
+  j.y = y;
+  // Activations: gathered by perm, padded to whole units, quantized or not; once per call.
+  j.act_row_bytes = g.units * (j.mode == GqActs::int8    ? detail::kGqActI8UnitBytes
+                               : j.mode == GqActs::int16 ? detail::kGqActI16UnitBytes
+                                                         : detail::kGqActF32UnitBytes);
+  uint8_t* acts = t_acts.get(m * (j.act_row_bytes + g.xs_stride * 4));
+  j.acts = acts;
+  j.xsum = reinterpret_cast<float*>(acts + m * j.act_row_bytes);
+  const int32_t* perm = p->has_perm ? reinterpret_cast<const int32_t*>(base + p->section[2]) : nullptr;
+  if (m == 1 || !split(pool, static_cast<double>(m * g.n_in) / kFloatsPerUs)) {
+    t.gq_prepare_acts(j, x, perm, 0, m);
+  } else {
+    pool.parallel_for(m, 1, [&](int64_t b, int64_t e) { t.gq_prepare_acts(j, x, perm, b, e); });
+  }
+  const int64_t scratch_bytes = t.gq_scratch_bytes(j);
+  constexpr int64_t grain = 16;
+  const int64_t units = (g.n_out + grain - 1) / grain;
+  const double serial_us = m <= 4 ? static_cast<double>(p->bytes) / kStreamBytesPerUs
+                                  : static_cast<double>(g.n_out * g.n_in * m) / kMacsPerUs;
+  if (units == 1 || !split(pool, serial_us)) {
+    t.gq_linear_rows(j, 0, g.n_out, scratch_bytes > 0 ? t_work.get(scratch_bytes) : nullptr);
+    return Status::ok();
+  }
+  pool.parallel_for(units, 1, [&](int64_t b, int64_t e) {
+    uint8_t* scratch = scratch_bytes > 0 ? t_work.get(scratch_bytes) : nullptr;
+    t.gq_linear_rows(j, b * grain, std::min(e * grain, g.n_out), scratch);
+  });
+  return Status::ok();
+}
+
+}  // namespace
+
+GqActs gq_acts() {
+  static const GqActs env = initial_gq_acts();
+  const int forced = g_forced_gq_acts.load(std::memory_order_relaxed);
+  return forced >= 0 ? static_cast<GqActs>(forced) : env;
+}
+
+void force_gq_acts(std::optional<GqActs> mode) {
+  g_forced_gq_acts.store(mode ? static_cast<int>(*mode) : -1, std::memory_order_relaxed);
+}
 
 Status linear(const Tensor& w, const float* x, int64_t m, float* y) {
+  if (w.defined() && w.dtype() == DType::gq) return linear_gq(w, x, m, y);
   WKind kind{};
   LITHE_TRY(ref_detail::check_linear(w, x, m, y, kind));
   if (m == 0) return Status::ok();

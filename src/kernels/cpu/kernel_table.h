@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/gq_layout.h"
 #include "lithe/kernels/cpu.h"
 
 namespace lithe::cpu::detail {
@@ -32,6 +33,30 @@ struct LinearJob {
   int64_t xq_row_bytes;
   float* y;              // [m][n_out]
 };
+
+// One gq linear call (layout kLayoutCpuGq, gq_layout.h): Y[m, n_out] = X[m, n_in] · W^T.
+struct GqJob {
+  GqGeom g;
+  GqActs mode = GqActs::int16;  // activation mode
+  const uint8_t* rows = nullptr;   // [n_out] packed rows of g.row_stride bytes
+  const uint8_t* zeros = nullptr;  // zero points of row 0; row r's at zeros + r * z_stride (0: sym)
+  int64_t z_stride = 0;
+  int64_t m = 0;
+  // Prepared activations (gq_prepare_acts): [m] rows of act_row_bytes (int8 / int16: unit records
+  // of the ISA; f32: the gathered row zero-padded to units * 128 floats), and per row xs_stride
+  // entry sums (f32 mode: sum of x over the entry; int8 / int16: sum of d_x * quants).
+  uint8_t* acts = nullptr;
+  int64_t act_row_bytes = 0;
+  float* xsum = nullptr;
+  float* y = nullptr;      // [m][n_out]
+};
+
+// Row r of a gq job: its codes, f16 scales (ent_stride) and zero points (ent_stride).
+static inline const uint8_t* gq_codes(const GqJob& j, int64_t r) { return j.rows + r * j.g.row_stride + j.g.code_off; }
+static inline const uint16_t* gq_scales(const GqJob& j, int64_t r) {
+  return reinterpret_cast<const uint16_t*>(j.rows + r * j.g.row_stride);
+}
+static inline const uint8_t* gq_zeros(const GqJob& j, int64_t r) { return j.zeros + r * j.z_stride; }
 
 struct KernelTable {
   Isa isa;
@@ -57,6 +82,14 @@ struct KernelTable {
   // attention_scratch_floats(head_dim, q_block) floats (64-byte aligned).
   int64_t (*attention_scratch_floats)(int64_t head_dim, int64_t q_block);
   void (*attention_items)(const AttentionArgs& a, int64_t q_block, int64_t i0, int64_t i1, float* scratch);
+
+  // gq weights. Prepares activation rows [r0, r1) of x[.][n_in] into j.acts / j.xsum (gathered
+  // by perm when not null).
+  void (*gq_prepare_acts)(const GqJob& j, const float* x, const int32_t* perm, int64_t r0, int64_t r1);
+  // Per-thread scratch (64-byte aligned) of gq_linear_rows; output rows [r0, r1) for all m rows
+  // (r0 a multiple of 16).
+  int64_t (*gq_scratch_bytes)(const GqJob& j);
+  void (*gq_linear_rows)(const GqJob& j, int64_t r0, int64_t r1, uint8_t* scratch);
 };
 
 // Work items of attention: query blocks of q_block queries for each head, ordered so that any
@@ -74,6 +107,11 @@ static inline void attention_item(const AttentionArgs& a, int64_t q_block, int64
   t0 = b * q_block;
   t1 = t0 + q_block < a.n_q ? t0 + q_block : a.n_q;
 }
+
+// The scalar gq kernels (gq_scalar.cpp), entries of table_scalar().
+void gq_prepare_acts_scalar(const GqJob& j, const float* x, const int32_t* perm, int64_t r0, int64_t r1);
+int64_t gq_scratch_bytes_scalar(const GqJob& j);
+void gq_linear_rows_scalar(const GqJob& j, int64_t r0, int64_t r1, uint8_t* scratch);
 
 const KernelTable& table_scalar();
 const KernelTable& table_avx2();    // only valid when the CPU has AVX2/FMA/F16C

@@ -22,6 +22,7 @@ using detail::WKind;
 #include "kernels/cpu/simd.inc"
 #include "kernels/cpu/linear_quant.inc"
 #include "kernels/cpu/linear_float.inc"
+#include "kernels/cpu/linear_gq.inc"
 #include "kernels/cpu/ops.inc"
 #include "kernels/cpu/attention.inc"
 #include "kernels/cpu/table.inc"

@@ -1,7 +1,8 @@
 // The CUDA backend: activations, weights and KV caches in device memory; ops are the kernels of
 // kernels/cuda_ops.h plus cuBLAS for prefill GEMMs. All work goes on one stream; decode steps are
 // captured as CUDA graphs (step_graph.h). Weights run as f32, f16 or bf16; other formats are
-// converted to f16 at load (fallback_weight_dtype).
+// converted to f16 at load (fallback_weight_dtype); compressed checkpoints' quantized linears run
+// packed (gq: the Marlin-class GEMM or the GEMV kernels of kernels/cuda_gq.h).
 //
 // Linear layers: up to kMatvecMaxRows rows use the matvec kernel (weights streamed once, fused
 // q/k/v, swiglu and residual epilogues, the preceding RMSNorm folded in); more rows use
@@ -17,6 +18,7 @@
 #include <string_view>
 
 #include "lithe/kernels/cuda_device.h"
+#include "lithe/kernels/cuda_gq.h"
 #include "lithe/kernels/cuda_ops.h"
 #include "lithe/runtime/backend.h"
 #include "lithe/runtime/kv_cache.h"
@@ -55,11 +57,14 @@ Status check_weight(const Tensor& w, const char* what) {
 }
 
 // A device scratch buffer that only grows. With `zero_on`, fresh memory is zeroed on that stream
-// (scratch whose contents must start at zero: attention_decode's merge counters).
+// (scratch whose contents must start at zero: attention_decode's merge counters). Growing frees
+// the old memory, which recorded step graphs may point at: they are dropped first.
 struct Scratch {
   Tensor t;
+  StepGraph* steps = nullptr;
   Result<void*> get(size_t bytes, cudaStream_t zero_on = nullptr) {
     if (!t.defined() || t.nbytes() < bytes) {
+      if (t.defined() && steps != nullptr) LITHE_TRY(steps->forget());
       LITHE_ASSIGN(t, Tensor::empty(DType::u8, {static_cast<int64_t>(std::max<size_t>(bytes, 256))}, Device::cuda));
       if (zero_on != nullptr)
         LITHE_TRY(check(cudaMemsetAsync(t.data(), 0, t.nbytes(), zero_on), "cudaMemsetAsync (scratch)"));
@@ -70,10 +75,29 @@ struct Scratch {
 
 // Whether the matvec kernel (not cuBLAS) runs an m-row product with rows of n_in.
 bool matvec_path(int64_t m, int64_t n_in) { return m <= cuda::kMatvecMaxRows && n_in % 8 == 0; }
+// The same for weight w: dense weights only (gq weights have kernels of their own, project_gq).
+bool matvec_path(const Tensor& w, int64_t m) { return w.dtype() != DType::gq && matvec_path(m, w.dim(1)); }
 // Whether an RMSNorm of x folds into that kernel, which then reads x itself (16-byte loads; the
 // materialized norm it otherwise reads is always aligned).
-bool norm_folds(int64_t m, int64_t n_in, const Tensor& x) {
-  return matvec_path(m, n_in) && reinterpret_cast<uintptr_t>(x.data()) % 16 == 0;
+bool norm_folds(const Tensor& w, int64_t m, const Tensor& x) {
+  return matvec_path(w, m) && reinterpret_cast<uintptr_t>(x.data()) % 16 == 0;
+}
+
+// The layout a gq matrix gets on the GPU. Default: the GEMV layout (batch <= 8 in its own kernel,
+// larger batches through a dense f16 copy and cuBLAS), which measured faster end to end than the
+// Marlin-class GEMM on an H100 at both decode and prefill (bench/RESULTS.md, "Compressed-weight
+// kernels"); LITHE_GQ_KERNEL=marlin picks the Marlin-class GEMM (int4, group 128 or per channel,
+// 2:4 on sparse tensor cores) wherever it runs the format and shape.
+Result<cuda::PackedHost> pack_for_cuda(const gq::Matrix& m) {
+  static const char* force = std::getenv("LITHE_GQ_KERNEL");
+  const bool marlin_first = force != nullptr && std::string_view(force) == "marlin";
+  const Status marlin = cuda::marlin_supports(m.fmt, m.n_out, m.n_in);
+  if (marlin_first && marlin.is_ok()) return cuda::pack_marlin(m);
+  const Status gemv = cuda::gemv_supports(m.fmt, m.n_out, m.n_in);
+  if (gemv.is_ok()) return cuda::pack_gemv(m);
+  if (marlin.is_ok()) return cuda::pack_marlin(m);
+  return error(StatusCode::unsupported, "no cuda kernel runs {} weights [{}, {}]: {}; {}", format_name(m.fmt, m.n_in),
+               m.n_out, m.n_in, marlin.message(), gemv.message());
 }
 
 // False when the environment sets `name` to "0": turns a decode optimisation off for side-by-side
@@ -100,6 +124,9 @@ class CudaBackend final : public Backend {
     LITHE_ASSIGN(void* ws, b->blas_ws_.get(32u << 20));
     LITHE_TRY(check_blas(cublasSetWorkspace(b->blas_, ws, 32u << 20), "cublasSetWorkspace"));
     b->steps_ = std::make_unique<StepGraph>(b->stream_);
+    for (Scratch* sc : {&b->blas_ws_, &b->x16_, &b->attn_ws_, &b->topk_vals_, &b->topk_ids_, &b->keys_, &b->marlin_ws_,
+                        &b->w16_})
+      sc->steps = b->steps_.get();
     return std::unique_ptr<Backend>(std::move(b));
   }
   ~CudaBackend() override {
@@ -125,6 +152,13 @@ class CudaBackend final : public Backend {
     if (w.device() == Device::cuda) return w;
     return w.to(Device::cuda);
   }
+  Result<Tensor> prepare_quantized(const gq::Matrix& m) override {
+    LITHE_ASSIGN(cuda::PackedHost p, pack_for_cuda(m));
+    LITHE_ASSIGN(BufferPtr buf, alloc_device(p.bytes.size()));
+    LITHE_TRY(check(cudaMemcpy(buf->data(), p.bytes.data(), p.bytes.size(), cudaMemcpyHostToDevice),
+                    "cudaMemcpy (gq weight)"));
+    return Tensor::packed(std::move(buf), 0, p.desc);
+  }
 
   Status embedding(const Tensor& table, const int32_t* ids, int64_t n, Tensor& out) override {
     const int64_t vocab = table.dim(0), d = table.dim(1);
@@ -147,7 +181,8 @@ class CudaBackend final : public Backend {
   Status linear_many(std::span<const Tensor* const> ws, const Tensor& x, int64_t m, std::span<Tensor*> ys) override {
     if (ws.size() != ys.size() || ws.empty())
       return error(StatusCode::invalid_argument, "linear_many: {} weights but {} outputs", ws.size(), ys.size());
-    if (m <= cuda::kMatvecMaxRows && ws.size() <= 3) return project(ws, ys, x, m, cuda::Epilogue::store);
+    if (m <= cuda::kMatvecMaxRows && ws.size() <= 3 && ws[0]->dtype() != DType::gq)
+      return project(ws, ys, x, m, cuda::Epilogue::store);
     for (size_t j = 0; j < ws.size(); ++j) LITHE_TRY(linear(*ws[j], x, m, *ys[j]));
     return Status::ok();
   }
@@ -161,7 +196,7 @@ class CudaBackend final : public Backend {
                 Tensor& up) override {
     const Tensor* ws[] = {&w_gate, &w_up};
     Tensor* ys[] = {&gate, &up};
-    if (matvec_path(m, w_gate.dim(1))) return project(ws, ys, x, m, cuda::Epilogue::swiglu);
+    if (matvec_path(w_gate, m)) return project(ws, ys, x, m, cuda::Epilogue::swiglu);
     LITHE_TRY(project(std::span<const Tensor* const>(ws, 1), std::span<Tensor*>(ys, 1), x, m, cuda::Epilogue::store));
     LITHE_TRY(project(std::span<const Tensor* const>(ws + 1, 1), std::span<Tensor*>(ys + 1, 1), x, m,
                       cuda::Epilogue::store));
@@ -173,14 +208,14 @@ class CudaBackend final : public Backend {
     if (ws.size() != ys.size() || ws.empty())
       return error(StatusCode::invalid_argument, "rmsnorm_linear_many: {} weights but {} outputs", ws.size(),
                    ys.size());
-    if (ws.size() <= 3 && norm_folds(m, ws[0]->dim(1), x)) return project(ws, ys, x, m, cuda::Epilogue::store, &norm);
+    if (ws.size() <= 3 && norm_folds(*ws[0], m, x)) return project(ws, ys, x, m, cuda::Epilogue::store, &norm);
     return Backend::rmsnorm_linear_many(norm, ws, x, m, ys);
   }
   Status rmsnorm_swiglu(const InputNorm& norm, const Tensor& w_gate, const Tensor& w_up, const Tensor& x, int64_t m,
                         Tensor& gate, Tensor& up) override {
     const Tensor* ws[] = {&w_gate, &w_up};
     Tensor* ys[] = {&gate, &up};
-    if (norm_folds(m, w_gate.dim(1), x)) return project(ws, ys, x, m, cuda::Epilogue::swiglu, &norm);
+    if (norm_folds(w_gate, m, x)) return project(ws, ys, x, m, cuda::Epilogue::swiglu, &norm);
     return Backend::rmsnorm_swiglu(norm, w_gate, w_up, x, m, gate, up);
   }
 
@@ -246,7 +281,7 @@ class CudaBackend final : public Backend {
                             const int64_t* slots, const cpu::RopeTable& table, cpu::RopeStyle style,
                             const AttentionShape& shape, Tensor& out) override {
     static const bool on = env_on("LITHE_QKV_ROPE");
-    if (!on || ws.size() != 3 || ys.size() != 3 || m > cuda::kDecodeMaxQueries || !norm_folds(m, ws[0]->dim(1), x) ||
+    if (!on || ws.size() != 3 || ys.size() != 3 || m > cuda::kDecodeMaxQueries || !norm_folds(*ws[0], m, x) ||
         ys[1]->dim(1) != cache.kv_dim() || cache.k(layer).device() != Device::cuda || cache.keys_pre_rope())
       return Backend::qkv_rope_attention(norm, ws, x, m, ys, cache, layer, pos, slots, table, style, shape, out);
     LITHE_ASSIGN(const float* freq, rope_freqs(table));
@@ -342,8 +377,9 @@ class CudaBackend final : public Backend {
         return error(StatusCode::invalid_argument, "rmsnorm + linear: expected a cuda f32 norm weight of {} values, "
                      "got {}", n_in, nw.describe());
       LITHE_TRY(check_act(*norm->scratch, m, n_in, "rmsnorm scratch"));
-      if (!matvec_path(m, n_in)) return error(StatusCode::internal, "a folded rmsnorm reached the GEMM path");
+      if (!matvec_path(*ws[0], m)) return error(StatusCode::internal, "a folded rmsnorm reached the GEMM path");
     }
+    if (ws[0]->dtype() == DType::gq) return project_gq(ws, ys, x, m, e);
     LITHE_ASSIGN(cuda::WeightType wt, weight_type(*ws[0]));
     for (size_t j = 0; j < ws.size(); ++j) {
       LITHE_TRY(check_weight(*ws[j], "linear weight"));
@@ -364,13 +400,47 @@ class CudaBackend final : public Backend {
     if (e == cuda::Epilogue::swiglu)
       return error(StatusCode::internal, "swiglu epilogue reached the GEMM path");
     for (size_t j = 0; j < ws.size(); ++j)
-      LITHE_TRY(gemm(*ws[j], wt, x, m, *ys[j], e == cuda::Epilogue::accumulate ? 1.0f : 0.0f));
+      LITHE_TRY(gemm(ws[j]->data(), ws[j]->dim(0), n_in, wt, x, m, *ys[j], e == cuda::Epilogue::accumulate ? 1.0f : 0.0f));
     return Status::ok();
   }
 
-  // y[m, n_out] = x[m, n_in] · wᵀ + beta · y, f32 accumulation.
-  Status gemm(const Tensor& w, cuda::WeightType wt, const Tensor& x, int64_t m, Tensor& y, float beta) {
-    const auto n_out = static_cast<int>(w.dim(0)), n_in = static_cast<int>(w.dim(1)), rows = static_cast<int>(m);
+  // project() for gq weights (store or accumulate), one matrix at a time: the Marlin-class GEMM,
+  // or the GEMV kernel for m <= 8, or (GEMV layout, larger m) a dense f16 copy and cuBLAS.
+  Status project_gq(std::span<const Tensor* const> ws, std::span<Tensor*> ys, const Tensor& x, int64_t m,
+                    cuda::Epilogue e) {
+    if (e != cuda::Epilogue::store && e != cuda::Epilogue::accumulate)
+      return error(StatusCode::internal, "gq weights reached a fused matvec epilogue");
+    const bool acc = e == cuda::Epilogue::accumulate;
+    for (size_t j = 0; j < ws.size(); ++j) {
+      const Tensor& w = *ws[j];
+      const PackedWeight* p = w.packed();
+      if (p == nullptr || w.device() != Device::cuda)
+        return error(StatusCode::invalid_argument, "linear: expected a packed cuda gq weight, got {}", w.describe());
+      LITHE_TRY(check_act(x, m, p->n_in, "linear input"));
+      LITHE_TRY(check_act(*ys[j], m, p->n_out, "linear output"));
+      float* y = ys[j]->data_as<float>();
+      if (p->layout == cuda::kLayoutMarlin) {
+        const auto bytes = cuda::marlin_scratch_bytes(*p, m);
+        LITHE_ASSIGN(void* ws_mem, marlin_ws_.get(static_cast<size_t>(bytes), stream_));  // its locks start at zero
+        if (steps_->replaying()) continue;
+        LITHE_TRY(cuda::marlin_linear(*p, w.data(), x.data_as<float>(), m, y, acc, ws_mem, bytes, stream_));
+      } else if (m <= cuda::kGemvMaxRows) {
+        if (steps_->replaying()) continue;
+        LITHE_TRY(cuda::gemv_linear(*p, w.data(), x.data_as<float>(), m, y, acc, stream_));
+      } else {
+        LITHE_ASSIGN(void* w16, w16_.get(static_cast<size_t>(p->n_out * p->n_in) * 2));
+        if (steps_->replaying()) continue;
+        LITHE_TRY(cuda::gemv_dequantize_f16(*p, w.data(), w16, stream_));
+        LITHE_TRY(gemm(w16, p->n_out, p->n_in, cuda::WeightType::f16, x, m, *ys[j], acc ? 1.0f : 0.0f));
+      }
+    }
+    return Status::ok();
+  }
+
+  // y[m, n_out] = x[m, n_in] · wᵀ + beta · y, f32 accumulation; w [n_out][n_in] of type wt.
+  Status gemm(const void* w, int64_t w_rows, int64_t w_cols, cuda::WeightType wt, const Tensor& x, int64_t m, Tensor& y,
+              float beta) {
+    const auto n_out = static_cast<int>(w_rows), n_in = static_cast<int>(w_cols), rows = static_cast<int>(m);
     const float alpha = 1.0f;
     const void* xin = x.data();
     cudaDataType_t at = CUDA_R_32F;
@@ -386,7 +456,7 @@ class CudaBackend final : public Backend {
       xin = conv;
     }
     // Column-major view: yᵀ [n_out, m] = W [n_in, n_out]ᵀ · xᵀ [n_in, m].
-    return check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, n_out, rows, n_in, &alpha, w.data(), at, n_in, xin,
+    return check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, n_out, rows, n_in, &alpha, w, at, n_in, xin,
                                    at, n_in, &beta, y.data(), CUDA_R_32F, n_out, CUBLAS_COMPUTE_32F,
                                    CUBLAS_GEMM_DEFAULT),
                       "cublasGemmEx");
@@ -525,6 +595,7 @@ class CudaBackend final : public Backend {
   cublasHandle_t blas_ = nullptr;
   std::unique_ptr<StepGraph> steps_;
   Scratch blas_ws_, x16_, attn_ws_, topk_vals_, topk_ids_, keys_;
+  Scratch marlin_ws_, w16_;  // gq: the Marlin GEMM's f16 activations and locks; GEMV weights expanded to f16
   std::map<const cpu::RopeTable*, Tensor> rope_;
 };
 

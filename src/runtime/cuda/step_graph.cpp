@@ -18,6 +18,17 @@ StepGraph::~StepGraph() {
   if (dev_ != nullptr) cudaFree(dev_);
 }
 
+Status StepGraph::forget() {
+  if (mode_ != Mode::eager)
+    return error(StatusCode::internal, "a scratch buffer grew inside a captured or replayed step");
+  LITHE_TRY(check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+  for (auto& [k, e] : steps_)
+    if (e.exec != nullptr) cudaGraphExecDestroy(e.exec);
+  steps_.clear();
+  cur_ = nullptr;
+  return Status::ok();
+}
+
 Status StepGraph::reserve(size_t bytes) {
   if (bytes <= cap_) return Status::ok();
   if (mode_ != Mode::eager)

@@ -38,6 +38,9 @@ class StepGraph {
 
   Status begin(uint64_t key);
   Status end(bool run);
+  // Drops every recorded graph (they point at device memory about to be freed: a scratch buffer
+  // that grows). Only between steps or in a step's first, eager run.
+  Status forget();
   // The stream is idle: staging space may be reused.
   void synced() {
     if (mode_ == Mode::eager) cursor_ = 0;

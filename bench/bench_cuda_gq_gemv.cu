@@ -1,0 +1,224 @@
+// Group-quantized GEMV benchmark (cuda_gq.h: gemv_linear) on the Llama-2-7B decode shapes, against
+// lithe's f16 matvec (cuda_ops.h: matvec) and cuBLAS f16 on the same weights dequantized to f16
+// (gemv_dequantize_f16), printing a markdown table.
+//
+// What is measured
+// - Copy bandwidth first: a 1 GiB device-to-device cudaMemcpyAsync, bytes = 2 x size, median of 20.
+// - Every timed run reads its weights from HBM: runs rotate over K copies, K = max(2, ceil(3 x L2 /
+//   bytes)) (packed copies for the GEMV, f16 copies for matvec and cuBLAS).
+// - Runs are queued behind a spin kernel so the CPU's launch cost is hidden; "us" is the median over
+//   the runs of the time between events recorded between consecutive runs (3 warm-up runs).
+// - GB/s counts the weight bytes (packed: codes, scale records, perm), x and y are not counted.
+//   "of copy" is that rate over the copy bandwidth. "x f16" columns: the f16 time over the GEMV's.
+// - cuBLAS: cublasGemmEx, W f16 [n_out][n_in] (transposed), x converted to f16, f32 output and
+//   compute. "rel diff" = max |gemv - cuBLAS| / max |cuBLAS| (x rounded to f16 for cuBLAS: ~1e-3).
+// - A second table times gemv_dequantize_f16 (reads the packed bytes, writes 2 bytes per weight).
+// Usage: bench_cuda_gq_gemv [--quick]   (--quick: 20 runs per row, m = 1 and 8 only)
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "lithe/kernels/cuda_gq.h"
+#include "lithe/kernels/cuda_ops.h"
+#include "lithe/kernels/group_quant.h"
+
+constexpr const char* kBenchName = "bench_cuda_gq_gemv";
+#include "cuda_bench_util.cuh"
+
+namespace {
+
+using namespace lithe;
+using namespace bench;
+
+
+__global__ void to_half_kernel(const float* x, __half* y, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = __float2half_rn(x[i]);
+}
+
+// Median microseconds of run(i), i = 0..reps-1 (isolated runs).
+template <typename F>
+double time_us(F&& run, int reps, cudaStream_t s) {
+  return time_runs(run, reps, s).median_us;
+}
+double copy_gbs(cudaStream_t s) { return copy_bandwidth(20, s); }
+
+struct Ctx {
+  cudaStream_t s;
+  cublasHandle_t blas;
+  size_t l2;
+  double copy;
+  int reps;
+};
+
+// K device copies of `bytes` bytes (copy 0 from host data or from a device buffer).
+struct Copies {
+  std::vector<void*> p;
+  ~Copies() {
+    for (void* q : p) cudaFree(q);
+  }
+};
+int copies_for(const Ctx& c, size_t bytes) {
+  return static_cast<int>(std::max<size_t>(2, (3 * c.l2 + bytes - 1) / bytes));
+}
+void replicate(Copies& cp, const void* src, size_t bytes, int k, cudaMemcpyKind kind) {
+  cp.p.resize(static_cast<size_t>(k));
+  for (auto& q : cp.p) {
+    CK(cudaMalloc(&q, bytes));
+    CK(cudaMemcpy(q, src, bytes, kind));
+  }
+}
+
+struct Format {
+  const char* name;
+  int bits;
+  int64_t group;  // 0: per channel
+};
+
+void bench_matrix(Ctx& c, int64_t n_in, int64_t n_out, const Format& fm, const std::vector<int>& ms,
+                  std::vector<std::string>& dequant_rows) {
+  QuantFormat f;
+  f.bits = fm.bits;
+  f.group = fm.group > 0 ? fm.group : n_in;
+  f.sym = false;
+  const gq::Matrix mat = gq::random_matrix(f, n_out, n_in, 1234, false);
+  auto packed = cuda::pack_gemv(mat);
+  CK(packed.status());
+  const cuda::PackedHost& ph = packed.value();
+  const size_t pbytes = ph.bytes.size(), hbytes = static_cast<size_t>(n_out * n_in) * 2;
+  Copies pw, hw;
+  replicate(pw, ph.bytes.data(), pbytes, copies_for(c, pbytes), cudaMemcpyHostToDevice);
+  void* w16;  // the same weights as dense f16
+  CK(cudaMalloc(&w16, hbytes));
+  CK(cuda::gemv_dequantize_f16(ph.desc, pw.p[0], w16, c.s));
+  CK(cudaStreamSynchronize(c.s));
+  replicate(hw, w16, hbytes, copies_for(c, hbytes), cudaMemcpyDeviceToDevice);
+  CK(cudaFree(w16));
+
+  const double dq_us =
+      time_us([&](int i) { CK(cuda::gemv_dequantize_f16(ph.desc, pw.p[i % pw.p.size()], hw.p[0], c.s)); }, c.reps, c.s);
+  char line[256];
+  std::snprintf(line, sizeof line, "| %lld x %lld | %s | %.1f | %.2f | %.0f | %.1f%% |", static_cast<long long>(n_in),
+                static_cast<long long>(n_out), fm.name, static_cast<double>(pbytes) / 1e6, dq_us,
+                static_cast<double>(pbytes + hbytes) / (dq_us * 1e-6) / 1e9,
+                100 * static_cast<double>(pbytes + hbytes) / (dq_us * 1e-6) / 1e9 / c.copy);
+  dequant_rows.emplace_back(line);
+
+  const int mmax = *std::max_element(ms.begin(), ms.end());
+  float *x, *y, *yb;
+  __half* xh;
+  CK(cudaMalloc(&x, static_cast<size_t>(mmax * n_in) * 4));
+  CK(cudaMalloc(&xh, static_cast<size_t>(mmax * n_in) * 2));
+  CK(cudaMalloc(&y, static_cast<size_t>(mmax * n_out) * 4));
+  CK(cudaMalloc(&yb, static_cast<size_t>(mmax * n_out) * 4));
+  {
+    std::vector<float> hx(static_cast<size_t>(mmax * n_in));
+    uint32_t h = 99;
+    for (float& v : hx) {
+      h = h * 1664525u + 1013904223u;
+      v = static_cast<float>(h >> 8) * (2.f / 16777216.f) - 1.f;
+    }
+    CK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
+    to_half_kernel<<<256, 256, 0, c.s>>>(x, xh, static_cast<int64_t>(hx.size()));
+    CK(cudaGetLastError());
+  }
+  for (int m : ms) {
+    const double gemv = time_us(
+        [&](int i) { CK(cuda::gemv_linear(ph.desc, pw.p[i % pw.p.size()], x, m, y, false, c.s)); }, c.reps, c.s);
+    const double mv = time_us(
+        [&](int i) {
+          const cuda::MatvecOut o{hw.p[i % hw.p.size()], n_out, y};
+          CK(cuda::matvec(&o, 1, cuda::WeightType::f16, n_in, x, m, cuda::Epilogue::store, c.s));
+        },
+        c.reps, c.s);
+    const float alpha = 1.f, beta = 0.f;
+    auto gemm = [&](int i) {
+      CK(cublasGemmEx(c.blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n_out), m, static_cast<int>(n_in), &alpha,
+                      hw.p[i % hw.p.size()], CUDA_R_16F, static_cast<int>(n_in), xh, CUDA_R_16F,
+                      static_cast<int>(n_in), &beta, yb, CUDA_R_32F, static_cast<int>(n_out), CUBLAS_COMPUTE_32F,
+                      CUBLAS_GEMM_DEFAULT));
+    };
+    const double blas = time_us(gemm, c.reps, c.s);
+    // Sanity: the GEMV against cuBLAS on copy 0.
+    CK(cuda::gemv_linear(ph.desc, pw.p[0], x, m, y, false, c.s));
+    gemm(0);
+    CK(cudaStreamSynchronize(c.s));
+    std::vector<float> a(static_cast<size_t>(m * n_out)), b(a.size());
+    CK(cudaMemcpy(a.data(), y, a.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(b.data(), yb, b.size() * 4, cudaMemcpyDeviceToHost));
+    double diff = 0, mag = 0;
+    for (size_t k = 0; k < a.size(); ++k) {
+      diff = std::max(diff, static_cast<double>(std::fabs(a[k] - b[k])));
+      mag = std::max(mag, static_cast<double>(std::fabs(b[k])));
+    }
+    const double gbs = static_cast<double>(pbytes) / (gemv * 1e-6) / 1e9;
+    std::printf("| %lld x %lld | %s | %d | %.1f | %.2f | %.0f | %.1f%% | %.2f | %.2f | %.2fx | %.2fx | %.1e |\n",
+                static_cast<long long>(n_in), static_cast<long long>(n_out), fm.name, m,
+                static_cast<double>(pbytes) / 1e6, gemv, gbs, 100 * gbs / c.copy, mv, blas, mv / gemv, blas / gemv,
+                mag > 0 ? diff / mag : diff);
+    std::fflush(stdout);
+  }
+  CK(cudaFree(x));
+  CK(cudaFree(xh));
+  CK(cudaFree(y));
+  CK(cudaFree(yb));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else {
+      std::fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+      return 2;
+    }
+  }
+  int n_dev = 0;
+  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+    std::fprintf(stderr, "bench_cuda_gq_gemv: no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp p{};
+  CK(cudaGetDeviceProperties(&p, 0));
+  Ctx c{};
+  c.reps = quick ? 20 : 100;
+  c.l2 = static_cast<size_t>(p.l2CacheSize);
+  CK(cudaStreamCreateWithFlags(&c.s, cudaStreamNonBlocking));
+  CK(cublasCreate(&c.blas));
+  CK(cublasSetStream(c.blas, c.s));
+  c.copy = copy_gbs(c.s);
+  std::printf("device: %s, sm_%d%d, %d SMs, L2 %.1f MiB; runs per row: %d\n", p.name, p.major, p.minor,
+              p.multiProcessorCount, static_cast<double>(c.l2) / 1048576.0, c.reps);
+  std::printf("copy bandwidth (1 GiB device-to-device, read + write, median of 20): %.0f GB/s\n\n", c.copy);
+
+  const Format formats[] = {{"int4 g128", 4, 128}, {"int3 g128", 3, 128}, {"int2 g64", 2, 64}, {"int8 per-ch", 8, 0}};
+  const int64_t shapes[][2] = {{4096, 4096}, {4096, 11008}, {11008, 4096}};  // n_in x n_out
+  const std::vector<int> ms = quick ? std::vector<int>{1, 8} : std::vector<int>{1, 2, 4, 8};
+  std::vector<std::string> dequant_rows;
+  std::printf(
+      "| n_in x n_out | format | m | packed MB | gemv us | GB/s | of copy | f16 matvec us | cuBLAS f16 us | x matvec | "
+      "x cuBLAS | rel diff |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const auto& sh : shapes)
+    for (const Format& fm : formats) bench_matrix(c, sh[0], sh[1], fm, ms, dequant_rows);
+
+  std::printf("\ngemv_dequantize_f16 (bytes = packed read + f16 written):\n\n");
+  std::printf("| n_in x n_out | format | packed MB | us | GB/s | of copy |\n|---|---|---|---|---|---|\n");
+  for (const std::string& r : dequant_rows) std::printf("%s\n", r.c_str());
+  CK(cublasDestroy(c.blas));
+  CK(cudaStreamDestroy(c.s));
+  return 0;
+}

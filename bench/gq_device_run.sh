@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Compressed-weight (gq) kernels on the GPU machine (issue 7; see bench/DEVICE_RUNS.md):
+#   bash bench/gq_device_run.sh build     configure + build (cuda-release), then the gq kernel tests
+#   bash bench/gq_device_run.sh kernels   per-layer speed: Marlin-class int4 GEMM and the GEMV
+#                                         kernels against cuBLAS f16 / lithe's f16 matvec
+#   bash bench/gq_device_run.sh e2e       Llama-2-7B-shaped decode (tg128 at depth 512) and
+#                                         prefill (pp2048): f16 vs gq formats, alternated
+# Logs go to $OUT (or out/device).
+set -uo pipefail
+source "$(dirname "$0")/device_common.sh"
+TESTS='Marlin*:GqGemv*:CudaGq*'
+case "${1:-}" in
+  build)
+    build_cuda
+    $B/bin/lithe_cuda_tests --gtest_filter="$TESTS" 2>&1 | tee "$OUT/gq_tests.txt" |
+      grep -E "^\[  (FAILED|PASSED) |^\[==========\]|Failure|error|Expected|Which is|rel" | head -80
+    ;;
+  kernels)
+    $B/bin/bench_cuda_qgemm > "$OUT/qgemm.md" 2>&1; cat "$OUT/qgemm.md" | head -90
+    $B/bin/bench_cuda_gq_gemv > "$OUT/gq_gemv.md" 2>&1; cat "$OUT/gq_gemv.md" | head -70
+    ;;
+  e2e)
+    rounds=${2:-2}
+    for r in $(seq "$rounds"); do
+      for setting in "f16" "int4-g128" "int4-g128 LITHE_GQ_KERNEL=marlin" "int3-g128" "int2-g64" "int8"; do
+        read -ra parts <<< "$setting"
+        dtype=${parts[0]}
+        envs=("${parts[@]:1}")
+        j=$(env "${envs[@]}" $L bench --synthetic llama2-7b --dtype "$dtype" -p 0 -n 128 -d 512 -r 5 --device cuda \
+            --kv-type f16 --json 2> "$OUT/e2e.err") || { tail -5 "$OUT/e2e.err"; continue; }
+        echo "$j" | python3 -c "import json,sys; j=json.load(sys.stdin); print('round $r [$setting] tg128@512', round(j['gen_tokens_per_second']['median'],1), 'tok/s, GB/s', round(j['decode_gb_per_second'],1))"
+      done
+    done
+    for setting in "f16" "int4-g128" "int4-g128 LITHE_GQ_KERNEL=marlin" "int3-g128"; do
+      read -ra parts <<< "$setting"
+      j=$(env "${parts[@]:1}" $L bench --synthetic llama2-7b --dtype "${parts[0]}" -p 2048 --ubatch 2048 -n 0 -r 3 --device cuda --kv-type f16 \
+          --json 2> "$OUT/e2e.err") || { tail -5 "$OUT/e2e.err"; continue; }
+      echo "$j" | python3 -c "import json,sys; j=json.load(sys.stdin); print('[$setting] pp2048', round(j['prompt_tokens_per_second']['median'],1), 'tok/s')"
+    done
+    ;;
+  *) echo "usage: $0 build|kernels|e2e"; exit 2 ;;
+esac

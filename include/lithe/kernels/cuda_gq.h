@@ -1,0 +1,60 @@
+// Group-quantized (gq) linear layers on the GPU: the packers that lay a canonical gq::Matrix
+// (kernels/group_quant.h) out for a kernel, once, at load, and the launchers of those kernels.
+// Host-only header (as cuda_ops.h): device pointers, a stream, no CUDA headers.
+//
+// Two kernel families, each with its own layout (PackedWeight::layout):
+// - Marlin-class GEMM (marlin*.cu): f16 activations x int4 weights on tensor cores, group 128 or
+//   per channel (group == n_in), sym or asym, act-order, optionally 2:4 sparse; any batch m >= 1.
+//   The f32 activations are converted to f16 (and gathered by perm) into scratch first.
+// - GEMV (gq_gemv.cu): batch m <= 8 on CUDA cores, int2/int3/int4/int8, any group that is a
+//   multiple of 32 or per channel, sym or asym, act-order; reads f32 activations directly. Its
+//   layout can also be expanded to a dense f16 matrix (for cuBLAS at larger m, prefill).
+// Every launcher computes y[m][n_out] = x[m][n_in] · Wᵀ (accumulate: y +=), x and y f32 device,
+// row-major, contiguous; W as the reference gq::dequantize() defines it (original column order).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "lithe/core/packed.h"
+#include "lithe/core/status.h"
+#include "lithe/kernels/group_quant.h"
+
+struct CUstream_st;
+
+namespace lithe::cuda {
+
+using Stream = CUstream_st*;
+
+// PackedWeight::layout values.
+inline constexpr int kLayoutMarlin = 0x4d41524c;  // "MARL"
+inline constexpr int kLayoutGemv = 0x47454d56;    // "GEMV"
+
+// A packed matrix in host memory, ready to be copied to the device as one block: the kernels take
+// the device copy's base pointer and find each section at desc.section[i].
+struct PackedHost {
+  PackedWeight desc;
+  std::vector<uint8_t> bytes;
+};
+
+// ---- Marlin-class int4 GEMM (marlin*.cu) --------------------------------------------------------
+// OK when the kernel can run m (its bits, group, shape); otherwise unsupported, naming the shape
+// and what is required.
+Status marlin_supports(const QuantFormat& f, int64_t n_out, int64_t n_in);
+Result<PackedHost> pack_marlin(const gq::Matrix& m);
+// Device scratch a call with m activation rows needs. The caller allocates it once, zeroed; the
+// kernels leave the part that must stay zero (the reduction locks) zeroed.
+int64_t marlin_scratch_bytes(const PackedWeight& w, int64_t m);
+Status marlin_linear(const PackedWeight& w, const void* w_dev, const float* x, int64_t m, float* y, bool accumulate,
+                     void* scratch, int64_t scratch_bytes, Stream s);
+
+// ---- GEMV, batch <= 8 (gq_gemv.cu) -------------------------------------------------------------
+Status gemv_supports(const QuantFormat& f, int64_t n_out, int64_t n_in);
+Result<PackedHost> pack_gemv(const gq::Matrix& m);
+inline constexpr int64_t kGemvMaxRows = 8;
+Status gemv_linear(const PackedWeight& w, const void* w_dev, const float* x, int64_t m, float* y, bool accumulate,
+                   Stream s);
+// The dense f16 matrix [n_out][n_in] (original column order) of a GEMV-layout weight, into `out`.
+Status gemv_dequantize_f16(const PackedWeight& w, const void* w_dev, void* out, Stream s);
+
+}  // namespace lithe::cuda

@@ -159,14 +159,10 @@ std::vector<float> random_acts(int64_t n, uint32_t seed) {
 }
 
 // ---- linear ---------------------------------------------------------------------------------
-void BM_linear(benchmark::State& st, DType t, int64_t n_out, int64_t n_in, int64_t m, cpu::Isa isa, bool hot) {
-  cpu::force_isa(isa);
-  const int64_t wbytes = lithe::row_bytes(t, n_in).value() * n_out;
-  // m = 1: enough copies to exceed the L3 cache, so the weights stream from memory.
-  // hot: one copy, cache-resident (the kernel's compute ceiling).
-  const int64_t copies = m == 1 && !hot ? std::max<int64_t>(1, static_cast<int64_t>(kStreamBytes) / wbytes + 1) : 1;
-  std::vector<Tensor> ws;
-  for (int64_t c = 0; c < copies; ++c) ws.push_back(random_weight(t, n_out, n_in, static_cast<uint32_t>(c + 1)));
+// The timed loop of both linear benchmarks: cpu::linear over the weight copies in turn (m = 1:
+// weight GB/s, streamed; m > 1: GFLOP/s).
+void time_linear(benchmark::State& st, const std::vector<Tensor>& ws, int64_t wbytes, int64_t n_out, int64_t n_in,
+                 int64_t m) {
   const auto x = random_acts(m * n_in, 7);
   std::vector<float> y(static_cast<size_t>(m * n_out));
   size_t i = 0;
@@ -182,6 +178,17 @@ void BM_linear(benchmark::State& st, DType t, int64_t n_out, int64_t n_in, int64
     st.counters["GFLOP/s"] =
         benchmark::Counter(2.0 * static_cast<double>(m * n_out * n_in) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   }
+}
+
+void BM_linear(benchmark::State& st, DType t, int64_t n_out, int64_t n_in, int64_t m, cpu::Isa isa, bool hot) {
+  cpu::force_isa(isa);
+  const int64_t wbytes = lithe::row_bytes(t, n_in).value() * n_out;
+  // m = 1: enough copies to exceed the L3 cache, so the weights stream from memory.
+  // hot: one copy, cache-resident (the kernel's compute ceiling).
+  const int64_t copies = m == 1 && !hot ? std::max<int64_t>(1, static_cast<int64_t>(kStreamBytes) / wbytes + 1) : 1;
+  std::vector<Tensor> ws;
+  for (int64_t c = 0; c < copies; ++c) ws.push_back(random_weight(t, n_out, n_in, static_cast<uint32_t>(c + 1)));
+  time_linear(st, ws, wbytes, n_out, n_in, m);
 }
 
 std::string dims(int64_t a, int64_t b) { return std::to_string(a) + "x" + std::to_string(b); }
@@ -201,22 +208,8 @@ void BM_linear_gq(benchmark::State& st, lithe::QuantFormat f, int64_t n_out, int
     std::memcpy(buf->data(), first.data(), static_cast<size_t>(wbytes));
     ws.push_back(Tensor::packed(buf, 0, *first.packed()).value());
   }
-  const auto x = random_acts(m * n_in, 7);
-  std::vector<float> y(static_cast<size_t>(m * n_out));
-  size_t i = 0;
-  for (auto _ : st) {
-    const lithe::Status s = cpu::linear(ws[i], x.data(), m, y.data());
-    if (!s.is_ok()) st.SkipWithError(s.to_string().c_str());
-    i = (i + 1) % ws.size();
-    benchmark::DoNotOptimize(y.data());
-  }
+  time_linear(st, ws, wbytes, n_out, n_in, m);
   cpu::force_gq_acts(std::nullopt);
-  if (m == 1) {
-    st.counters["GB/s"] = benchmark::Counter(static_cast<double>(wbytes) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  } else {
-    st.counters["GFLOP/s"] =
-        benchmark::Counter(2.0 * static_cast<double>(m * n_out * n_in) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  }
 }
 
 void register_gq() {

@@ -51,15 +51,6 @@ template <typename F>
 double time_us(F&& run, int reps, cudaStream_t s) {
   return time_runs(run, reps, s).median_us;
 }
-double copy_gbs(cudaStream_t s) { return copy_bandwidth(20, s); }
-
-struct Ctx {
-  cudaStream_t s;
-  cublasHandle_t blas;
-  size_t l2;
-  double copy;
-  int reps;
-};
 
 // K device copies of `bytes` bytes (copy 0 from host data or from a device buffer).
 struct Copies {
@@ -68,9 +59,6 @@ struct Copies {
     for (void* q : p) cudaFree(q);
   }
 };
-int copies_for(const Ctx& c, size_t bytes) {
-  return static_cast<int>(std::max<size_t>(2, (3 * c.l2 + bytes - 1) / bytes));
-}
 void replicate(Copies& cp, const void* src, size_t bytes, int k, cudaMemcpyKind kind) {
   cp.p.resize(static_cast<size_t>(k));
   for (auto& q : cp.p) {
@@ -85,7 +73,7 @@ struct Format {
   int64_t group;  // 0: per channel
 };
 
-void bench_matrix(Ctx& c, int64_t n_in, int64_t n_out, const Format& fm, const std::vector<int>& ms,
+void bench_matrix(Bench& c, int64_t n_in, int64_t n_out, const Format& fm, const std::vector<int>& ms,
                   std::vector<std::string>& dequant_rows) {
   QuantFormat f;
   f.bits = fm.bits;
@@ -97,12 +85,12 @@ void bench_matrix(Ctx& c, int64_t n_in, int64_t n_out, const Format& fm, const s
   const cuda::PackedHost& ph = packed.value();
   const size_t pbytes = ph.bytes.size(), hbytes = static_cast<size_t>(n_out * n_in) * 2;
   Copies pw, hw;
-  replicate(pw, ph.bytes.data(), pbytes, copies_for(c, pbytes), cudaMemcpyHostToDevice);
+  replicate(pw, ph.bytes.data(), pbytes, copies_for(pbytes, c.l2), cudaMemcpyHostToDevice);
   void* w16;  // the same weights as dense f16
   CK(cudaMalloc(&w16, hbytes));
   CK(cuda::gemv_dequantize_f16(ph.desc, pw.p[0], w16, c.s));
   CK(cudaStreamSynchronize(c.s));
-  replicate(hw, w16, hbytes, copies_for(c, hbytes), cudaMemcpyDeviceToDevice);
+  replicate(hw, w16, hbytes, copies_for(hbytes, c.l2), cudaMemcpyDeviceToDevice);
   CK(cudaFree(w16));
 
   const double dq_us =
@@ -111,7 +99,7 @@ void bench_matrix(Ctx& c, int64_t n_in, int64_t n_out, const Format& fm, const s
   std::snprintf(line, sizeof line, "| %lld x %lld | %s | %.1f | %.2f | %.0f | %.1f%% |", static_cast<long long>(n_in),
                 static_cast<long long>(n_out), fm.name, static_cast<double>(pbytes) / 1e6, dq_us,
                 static_cast<double>(pbytes + hbytes) / (dq_us * 1e-6) / 1e9,
-                100 * static_cast<double>(pbytes + hbytes) / (dq_us * 1e-6) / 1e9 / c.copy);
+                100 * static_cast<double>(pbytes + hbytes) / (dq_us * 1e-6) / 1e9 / c.copy_gbs);
   dequant_rows.emplace_back(line);
 
   const int mmax = *std::max_element(ms.begin(), ms.end());
@@ -164,7 +152,7 @@ void bench_matrix(Ctx& c, int64_t n_in, int64_t n_out, const Format& fm, const s
     const double gbs = static_cast<double>(pbytes) / (gemv * 1e-6) / 1e9;
     std::printf("| %lld x %lld | %s | %d | %.1f | %.2f | %.0f | %.1f%% | %.2f | %.2f | %.2fx | %.2fx | %.1e |\n",
                 static_cast<long long>(n_in), static_cast<long long>(n_out), fm.name, m,
-                static_cast<double>(pbytes) / 1e6, gemv, gbs, 100 * gbs / c.copy, mv, blas, mv / gemv, blas / gemv,
+                static_cast<double>(pbytes) / 1e6, gemv, gbs, 100 * gbs / c.copy_gbs, mv, blas, mv / gemv, blas / gemv,
                 mag > 0 ? diff / mag : diff);
     std::fflush(stdout);
   }
@@ -177,32 +165,9 @@ void bench_matrix(Ctx& c, int64_t n_in, int64_t n_out, const Format& fm, const s
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--quick") == 0) {
-      quick = true;
-    } else {
-      std::fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
-      return 2;
-    }
-  }
-  int n_dev = 0;
-  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
-    std::fprintf(stderr, "bench_cuda_gq_gemv: no CUDA device\n");
-    return 1;
-  }
-  cudaDeviceProp p{};
-  CK(cudaGetDeviceProperties(&p, 0));
-  Ctx c{};
-  c.reps = quick ? 20 : 100;
-  c.l2 = static_cast<size_t>(p.l2CacheSize);
-  CK(cudaStreamCreateWithFlags(&c.s, cudaStreamNonBlocking));
-  CK(cublasCreate(&c.blas));
-  CK(cublasSetStream(c.blas, c.s));
-  c.copy = copy_gbs(c.s);
-  std::printf("device: %s, sm_%d%d, %d SMs, L2 %.1f MiB; runs per row: %d\n", p.name, p.major, p.minor,
-              p.multiProcessorCount, static_cast<double>(c.l2) / 1048576.0, c.reps);
-  std::printf("copy bandwidth (1 GiB device-to-device, read + write, median of 20): %.0f GB/s\n\n", c.copy);
+  Bench c = open_bench(argc, argv);
+  const bool quick = c.quick;
+  std::printf("\n");
 
   const Format formats[] = {{"int4 g128", 4, 128}, {"int3 g128", 3, 128}, {"int2 g64", 2, 64}, {"int8 per-ch", 8, 0}};
   const int64_t shapes[][2] = {{4096, 4096}, {4096, 11008}, {11008, 4096}};  // n_in x n_out

@@ -96,13 +96,6 @@ const char* epi_name(Epilogue e) {
   return e == Epilogue::store ? "store" : e == Epilogue::accumulate ? "accumulate" : "swiglu";
 }
 
-struct Bench {
-  cudaStream_t s;
-  cublasHandle_t blas;
-  size_t l2;
-  double copy_gbs;
-  int reps;
-};
 
 // One table row: shape x weight type x m.
 void bench_row(Bench& b, const Shape& sh, WeightType t, int m) {
@@ -207,33 +200,8 @@ void bench_row(Bench& b, const Shape& sh, WeightType t, int m) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--quick") == 0) {
-      quick = true;
-    } else {
-      std::fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
-      return 2;
-    }
-  }
-  int dev_count = 0;
-  if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
-    std::fprintf(stderr, "bench_cuda_matvec: no CUDA device\n");
-    return 1;
-  }
-  cudaDeviceProp p{};
-  CK(cudaGetDeviceProperties(&p, 0));
-  Bench b{};
-  b.reps = quick ? 20 : 100;
-  b.l2 = static_cast<size_t>(p.l2CacheSize);
-  CK(cudaStreamCreateWithFlags(&b.s, cudaStreamNonBlocking));
-  CK(cublasCreate(&b.blas));
-  CK(cublasSetStream(b.blas, b.s));
-  b.copy_gbs = copy_bandwidth(quick ? 5 : 20, b.s);
-  std::printf("device: %s, sm_%d%d, %d SMs, L2 %.1f MiB; runs per row: %d\n", p.name, p.major, p.minor,
-              p.multiProcessorCount, b.l2 / 1048576.0, b.reps);
-  std::printf("copy bandwidth (1 GiB device-to-device, read + write, median of %d): %.0f GB/s\n", quick ? 5 : 20,
-              b.copy_gbs);
+  Bench b = open_bench(argc, argv);
+  const bool quick = b.quick;
   const Timing empty = time_runs([&](int) { empty_kernel<<<512, 128, 0, b.s>>>(); }, b.reps, b.s);
   std::printf("empty kernel (512 blocks): %.2f us per run with events between runs, %.2f us back to back\n\n",
               empty.median_us, empty.b2b_us);

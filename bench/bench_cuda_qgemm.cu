@@ -51,17 +51,7 @@ struct Shape {
   int64_t n_in, n_out;
 };
 
-struct Bench {
-  cudaStream_t s;
-  cublasHandle_t blas;
-  size_t l2;
-  double copy_gbs;
-  int reps;
-};
 
-int copies_for(size_t bytes, size_t l2) {
-  return static_cast<int>(std::max<size_t>(2, (3 * l2 + bytes - 1) / bytes));
-}
 
 void bench_shape(Bench& b, const Shape& sh, const std::vector<int>& batches, bool sparse) {
   lithe::QuantFormat f;
@@ -165,37 +155,9 @@ void bench_shape(Bench& b, const Shape& sh, const std::vector<int>& batches, boo
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, all = false, sparse = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--quick") == 0) {
-      quick = true;
-    } else if (std::strcmp(argv[i], "--all") == 0) {
-      all = true;
-    } else if (std::strcmp(argv[i], "--sparse") == 0) {
-      sparse = true;
-    } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--all] [--sparse]\n", argv[0]);
-      return 2;
-    }
-  }
-  int dev_count = 0;
-  if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
-    std::fprintf(stderr, "bench_cuda_qgemm: no CUDA device\n");
-    return 1;
-  }
-  cudaDeviceProp p{};
-  CK(cudaGetDeviceProperties(&p, 0));
-  Bench b{};
-  b.reps = quick ? 20 : 100;
-  b.l2 = static_cast<size_t>(p.l2CacheSize);
-  CK(cudaStreamCreateWithFlags(&b.s, cudaStreamNonBlocking));
-  CK(cublasCreate(&b.blas));
-  CK(cublasSetStream(b.blas, b.s));
-  b.copy_gbs = copy_bandwidth(quick ? 5 : 20, b.s);
-  std::printf("device: %s, sm_%d%d, %d SMs, L2 %.1f MiB; runs per row: %d\n", p.name, p.major, p.minor,
-              p.multiProcessorCount, b.l2 / 1048576.0, b.reps);
-  std::printf("copy bandwidth (1 GiB device-to-device, read + write, median of %d): %.0f GB/s\n", quick ? 5 : 20,
-              b.copy_gbs);
+  bool all = false, sparse = false;
+  Bench b = open_bench(argc, argv, {{"--all", &all}, {"--sparse", &sparse}});
+  const cudaDeviceProp& p = b.prop;
   std::printf("marlin: int4 g128 sym; PDL between its two kernels %s (LITHE_MARLIN_PDL=0 turns it off)\n",
               p.major >= 9 && !(std::getenv("LITHE_MARLIN_PDL") && std::strcmp(std::getenv("LITHE_MARLIN_PDL"), "0") == 0)
                   ? "on"

@@ -9,6 +9,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
+#include <initializer_list>
+#include <utility>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -95,6 +98,61 @@ inline double copy_bandwidth(int reps, cudaStream_t s) {
   CK(cudaFree(a));
   CK(cudaFree(b));
   return 2.0 * static_cast<double>(bytes) / (t.median_us * 1e-6) / 1e9;
+}
+
+// What every benchmark program sets up: the stream, cuBLAS on it, the device, the repetitions per
+// row (20 with --quick, else 100) and the copy bandwidth.
+struct Bench {
+  cudaStream_t s;
+  cublasHandle_t blas;
+  cudaDeviceProp prop;
+  size_t l2;
+  double copy_gbs;
+  int reps;
+  bool quick;
+};
+
+// Parses --quick and the program's own flags (name, target), exiting 2 with a usage line on any
+// other argument and 1 without a device; then sets up Bench and prints the device and the copy
+// bandwidth lines every table starts with.
+inline Bench open_bench(int argc, char** argv, std::initializer_list<std::pair<const char*, bool*>> flags = {}) {
+  Bench b{};
+  for (int i = 1; i < argc; ++i) {
+    bool known = std::strcmp(argv[i], "--quick") == 0;
+    b.quick = b.quick || known;
+    for (const auto& [name, target] : flags)
+      if (std::strcmp(argv[i], name) == 0) known = *target = true;
+    if (!known) {
+      std::string usage = "[--quick]";
+      for (const auto& f : flags) usage += std::string(" [") + f.first + "]";
+      std::fprintf(stderr, "usage: %s %s\n", argv[0], usage.c_str());
+      std::exit(2);
+    }
+  }
+  int n_dev = 0;
+  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+    std::fprintf(stderr, "%s: no CUDA device\n", kBenchName);
+    std::exit(1);
+  }
+  CK(cudaGetDeviceProperties(&b.prop, 0));
+  b.reps = b.quick ? 20 : 100;
+  b.l2 = static_cast<size_t>(b.prop.l2CacheSize);
+  CK(cudaStreamCreateWithFlags(&b.s, cudaStreamNonBlocking));
+  CK(cublasCreate(&b.blas));
+  CK(cublasSetStream(b.blas, b.s));
+  const int copy_reps = b.quick ? 5 : 20;
+  b.copy_gbs = copy_bandwidth(copy_reps, b.s);
+  std::printf("device: %s, sm_%d%d, %d SMs, L2 %.1f MiB; runs per row: %d\n", b.prop.name, b.prop.major,
+              b.prop.minor, b.prop.multiProcessorCount, b.l2 / 1048576.0, b.reps);
+  std::printf("copy bandwidth (1 GiB device-to-device, read + write, median of %d): %.0f GB/s\n", copy_reps,
+              b.copy_gbs);
+  return b;
+}
+
+// Copies of a `bytes`-byte operand that together overflow the L2 three times, so rotating through
+// them times reads from HBM.
+inline int copies_for(size_t bytes, size_t l2) {
+  return static_cast<int>(std::max<size_t>(2, (3 * l2 + bytes - 1) / bytes));
 }
 
 }  // namespace bench

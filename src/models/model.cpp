@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "lithe/compress/checkpoint.h"
@@ -125,23 +126,31 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
     }
     return m->backend_->prepare_weight(t);
   };
-  int64_t unpacked = 0;  // compressed linears no gq kernel of this backend runs
+  // A compressed linear packed for the backend's gq kernels; nullopt when the weight is stored
+  // otherwise, or when no kernel here runs it (it is then dequantized; one warning says why).
+  int64_t unpacked = 0;
+  auto packed = [&](const std::string& name, const Shape& shape) -> Result<std::optional<Tensor>> {
+    auto q = r.quantized(name, shape);
+    if (q && !q->has_value()) return std::optional<Tensor>{};
+    Status why = q.status();
+    if (q) {
+      auto t = m->backend_->prepare_quantized(**q);
+      if (t) return std::optional<Tensor>(std::move(*t));
+      why = t.status();
+    }
+    if (why.code() != StatusCode::unsupported) return why.with_context(name);
+    if (unpacked++ == 0)
+      log::warn("{}: {}; such matrices are dequantized to {} at load", name, why.message(),
+                dtype_name(m->backend_->fallback_weight_dtype()));
+    return std::optional<Tensor>{};
+  };
   auto load = [&](Tensor& dst, const std::string& name, const Shape& shape) -> Status {
     if (!options.dequantize && options.packed_linears) {
-      auto q = r.quantized(name, shape);
-      if (!q && q.status().code() != StatusCode::unsupported) return q.status();
-      if (q && q->has_value()) {
-        auto t = m->backend_->prepare_quantized(**q);
-        if (t) {
-          dst = *t;
-          return Status::ok();
-        }
-        if (t.status().code() != StatusCode::unsupported) return t.status().with_context(name);
-        q = t.status();
+      LITHE_ASSIGN(std::optional<Tensor> p, packed(name, shape));
+      if (p) {
+        dst = std::move(*p);
+        return Status::ok();
       }
-      if (!q && unpacked++ == 0)
-        log::warn("{}: {}; such matrices are dequantized to {} at load", name, q.status().message(),
-                  dtype_name(m->backend_->fallback_weight_dtype()));
     }
     LITHE_ASSIGN(Tensor t, r.get(name, shape));
     LITHE_ASSIGN(dst, prep(std::move(t)));

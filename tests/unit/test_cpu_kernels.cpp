@@ -245,16 +245,7 @@ TEST_P(LinearTest, ThreadCountDoesNotChangeResults) {
     for (int64_t m : {1, 7}) {
       const Tensor w = random_weight(t, 333, n_in, rng);
       const auto x = random_acts(m, n_in, rng);
-      std::vector<float> base(static_cast<size_t>(m * 333));
-      set_num_threads(1);
-      ASSERT_TRUE(linear(w, x.data(), m, base.data()).is_ok());
-      for (int threads : {2, 3}) {
-        set_num_threads(threads);
-        std::vector<float> y(base.size());
-        ASSERT_TRUE(linear(w, x.data(), m, y.data()).is_ok());
-        EXPECT_EQ(0, std::memcmp(y.data(), base.data(), y.size() * 4))
-            << isa_name(isa) << ", " << threads << " threads, m=" << m;
-      }
+      expect_thread_invariant(w, x, m, 333, std::string(isa_name(isa)) + ", m=" + std::to_string(m));
     }
   }
   force_split(std::nullopt);

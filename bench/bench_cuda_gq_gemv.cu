@@ -12,7 +12,11 @@
 //   "of copy" is that rate over the copy bandwidth. "x f16" columns: the f16 time over the GEMV's.
 // - cuBLAS: cublasGemmEx, W f16 [n_out][n_in] (transposed), x converted to f16, f32 output and
 //   compute. "rel diff" = max |gemv - cuBLAS| / max |cuBLAS| (x rounded to f16 for cuBLAS: ~1e-3).
-// - A second table times gemv_dequantize_f16 (reads the packed bytes, writes 2 bytes per weight).
+// - A second table times one Llama-2-7B decode layer's projections as the engine launches them:
+//   q/k/v in one launch with the RMSNorm folded in, o accumulating into the residual, gate/up with
+//   the norm and the SwiGLU epilogue, down accumulating; against lithe's f16 matvec doing the same
+//   (layer copies rotated as above). "tok/s bound": 32 such layers per token, nothing else.
+// - A third table times gemv_dequantize_f16 (reads the packed bytes, writes 2 bytes per weight).
 // Usage: bench_cuda_gq_gemv [--quick]   (--quick: 20 runs per row, m = 1 and 8 only)
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
@@ -67,6 +71,25 @@ void replicate(Copies& cp, const void* src, size_t bytes, int k, cudaMemcpyKind 
   }
 }
 
+// A zeroed device buffer of at least `bytes` bytes (GEMV scratch).
+void* zeroed(int64_t bytes) {
+  void* p;
+  const size_t n = static_cast<size_t>(std::max<int64_t>(bytes, 256));
+  CK(cudaMalloc(&p, n));
+  CK(cudaMemset(p, 0, n));
+  return p;
+}
+
+// n values uniform in [-1, 1) (an LCG from `seed`) into device memory x.
+void upload_uniform(float* x, int64_t n, uint32_t seed) {
+  std::vector<float> hx(static_cast<size_t>(n));
+  for (float& v : hx) {
+    seed = seed * 1664525u + 1013904223u;
+    v = static_cast<float>(seed >> 8) * (2.f / 16777216.f) - 1.f;
+  }
+  CK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
+}
+
 struct Format {
   const char* name;
   int bits;
@@ -109,20 +132,16 @@ void bench_matrix(Bench& c, int64_t n_in, int64_t n_out, const Format& fm, const
   CK(cudaMalloc(&xh, static_cast<size_t>(mmax * n_in) * 2));
   CK(cudaMalloc(&y, static_cast<size_t>(mmax * n_out) * 4));
   CK(cudaMalloc(&yb, static_cast<size_t>(mmax * n_out) * 4));
-  {
-    std::vector<float> hx(static_cast<size_t>(mmax * n_in));
-    uint32_t h = 99;
-    for (float& v : hx) {
-      h = h * 1664525u + 1013904223u;
-      v = static_cast<float>(h >> 8) * (2.f / 16777216.f) - 1.f;
-    }
-    CK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
-    to_half_kernel<<<256, 256, 0, c.s>>>(x, xh, static_cast<int64_t>(hx.size()));
-    CK(cudaGetLastError());
-  }
+  upload_uniform(x, mmax * n_in, 99);
+  to_half_kernel<<<256, 256, 0, c.s>>>(x, xh, mmax * n_in);
+  CK(cudaGetLastError());
+  const cuda::GemvOut go{&ph.desc, pw.p[0], y};
+  const int64_t sbytes = cuda::gemv_scratch_bytes(&go, 1, cuda::Epilogue::store);
+  void* scr = zeroed(sbytes);
   for (int m : ms) {
     const double gemv = time_us(
-        [&](int i) { CK(cuda::gemv_linear(ph.desc, pw.p[i % pw.p.size()], x, m, y, false, c.s)); }, c.reps, c.s);
+        [&](int i) { CK(cuda::gemv_linear(ph.desc, pw.p[i % pw.p.size()], x, m, y, false, scr, sbytes, c.s)); },
+        c.reps, c.s);
     const double mv = time_us(
         [&](int i) {
           const cuda::MatvecOut o{hw.p[i % hw.p.size()], n_out, y};
@@ -138,7 +157,7 @@ void bench_matrix(Bench& c, int64_t n_in, int64_t n_out, const Format& fm, const
     };
     const double blas = time_us(gemm, c.reps, c.s);
     // Sanity: the GEMV against cuBLAS on copy 0.
-    CK(cuda::gemv_linear(ph.desc, pw.p[0], x, m, y, false, c.s));
+    CK(cuda::gemv_linear(ph.desc, pw.p[0], x, m, y, false, scr, sbytes, c.s));
     gemm(0);
     CK(cudaStreamSynchronize(c.s));
     std::vector<float> a(static_cast<size_t>(m * n_out)), b(a.size());
@@ -160,6 +179,93 @@ void bench_matrix(Bench& c, int64_t n_in, int64_t n_out, const Format& fm, const
   CK(cudaFree(xh));
   CK(cudaFree(y));
   CK(cudaFree(yb));
+  CK(cudaFree(scr));
+}
+
+// One decode layer's projections (Llama-2-7B: d 4096, ff 11008), gq and f16, for each m of ms.
+void bench_layer(Bench& c, const Format& fm, const std::vector<int>& ms) {
+  constexpr int64_t d = 4096, ff = 11008;
+  const int64_t shapes[7][2] = {{d, d}, {d, d}, {d, d}, {d, d}, {ff, d}, {ff, d}, {d, ff}};  // n_out x n_in
+  std::vector<cuda::PackedHost> ph;
+  size_t layer_bytes = 0, layer16 = 0;
+  for (int k = 0; k < 7; ++k) {
+    QuantFormat f;
+    f.bits = fm.bits;
+    f.group = fm.group > 0 ? fm.group : shapes[k][1];
+    auto p = cuda::pack_gemv(gq::random_matrix(f, shapes[k][0], shapes[k][1], 50 + k, false));
+    CK(p.status());
+    ph.push_back(std::move(p).value());
+    layer_bytes += ph.back().bytes.size();
+    layer16 += static_cast<size_t>(shapes[k][0] * shapes[k][1]) * 2;
+  }
+  const int copies = copies_for(layer_bytes, c.l2), copies16 = copies_for(layer16, c.l2);
+  std::vector<Copies> pw(7), hw(7);
+  for (int k = 0; k < 7; ++k) {
+    replicate(pw[k], ph[k].bytes.data(), ph[k].bytes.size(), copies, cudaMemcpyHostToDevice);
+    const size_t hb = static_cast<size_t>(shapes[k][0] * shapes[k][1]) * 2;
+    void* w16;
+    CK(cudaMalloc(&w16, hb));
+    CK(cuda::gemv_dequantize_f16(ph[k].desc, pw[k].p[0], w16, c.s));
+    CK(cudaStreamSynchronize(c.s));
+    replicate(hw[k], w16, hb, copies16, cudaMemcpyDeviceToDevice);
+    CK(cudaFree(w16));
+  }
+  const int mmax = *std::max_element(ms.begin(), ms.end());
+  float* buf;  // x, the norm weight, q, k, v, gate (h), up: plenty for every activation
+  const size_t act = static_cast<size_t>(mmax * ff);
+  CK(cudaMalloc(&buf, act * 4 * 8));
+  CK(cudaMemset(buf, 0, act * 4 * 8));
+  float *x = buf, *g = buf + act, *q = buf + 2 * act, *k = buf + 3 * act, *v = buf + 4 * act, *h = buf + 5 * act,
+        *u = buf + 6 * act, *res = buf + 7 * act;
+  {
+    std::vector<float> ones(static_cast<size_t>(ff), 1.f);
+    CK(cudaMemcpy(g, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
+    upload_uniform(x, mmax * ff, 7);
+  }
+  const cuda::MatvecNorm norm{g, 1e-5f};
+  auto outs = [&](int i, std::initializer_list<std::pair<int, float*>> list) {
+    std::vector<cuda::GemvOut> o;
+    for (const auto& [idx, y] : list) o.push_back({&ph[idx].desc, pw[idx].p[i % copies], y});
+    return o;
+  };
+  std::vector<std::pair<std::vector<cuda::GemvOut>, cuda::Epilogue>> launches = {
+      {outs(0, {{0, q}, {1, k}, {2, v}}), cuda::Epilogue::store},
+      {outs(0, {{3, res}}), cuda::Epilogue::accumulate},
+      {outs(0, {{4, h}, {5, u}}), cuda::Epilogue::swiglu},
+      {outs(0, {{6, res}}), cuda::Epilogue::accumulate}};
+  int64_t sbytes = 0;
+  for (const auto& [o, e] : launches) sbytes = std::max(sbytes, cuda::gemv_scratch_bytes(o.data(), int(o.size()), e));
+  void* scr = zeroed(sbytes);
+  for (int m : ms) {
+    const double gq_us = time_us(
+        [&](int i) {
+          const auto qkv = outs(i, {{0, q}, {1, k}, {2, v}}), o = outs(i, {{3, res}}), gu = outs(i, {{4, h}, {5, u}}),
+                     dn = outs(i, {{6, res}});
+          CK(cuda::gemv(qkv.data(), 3, x, m, cuda::Epilogue::store, scr, sbytes, c.s, norm));
+          CK(cuda::gemv(o.data(), 1, q, m, cuda::Epilogue::accumulate, scr, sbytes, c.s));
+          CK(cuda::gemv(gu.data(), 2, res, m, cuda::Epilogue::swiglu, scr, sbytes, c.s, norm));
+          CK(cuda::gemv(dn.data(), 1, h, m, cuda::Epilogue::accumulate, scr, sbytes, c.s));
+        },
+        c.reps, c.s);
+    const double f16_us = time_us(
+        [&](int i) {
+          auto w = [&](int idx) { return hw[idx].p[i % copies16]; };
+          const cuda::MatvecOut qkv[3] = {{w(0), d, q}, {w(1), d, k}, {w(2), d, v}}, o{w(3), d, res},
+                                gu[2] = {{w(4), ff, h}, {w(5), ff, u}}, dn{w(6), d, res};
+          CK(cuda::matvec(qkv, 3, cuda::WeightType::f16, d, x, m, cuda::Epilogue::store, c.s, norm));
+          CK(cuda::matvec(&o, 1, cuda::WeightType::f16, d, q, m, cuda::Epilogue::accumulate, c.s));
+          CK(cuda::matvec(gu, 2, cuda::WeightType::f16, d, res, m, cuda::Epilogue::swiglu, c.s, norm));
+          CK(cuda::matvec(&dn, 1, cuda::WeightType::f16, ff, h, m, cuda::Epilogue::accumulate, c.s));
+        },
+        c.reps, c.s);
+    const double gbs = static_cast<double>(layer_bytes) / (gq_us * 1e-6) / 1e9;
+    std::printf("| %s | %d | %.1f | %.1f | %.0f | %.1f%% | %.1f | %.2fx | %.0f |\n", fm.name, m,
+                static_cast<double>(layer_bytes) / 1e6, gq_us, gbs, 100 * gbs / c.copy_gbs, f16_us, f16_us / gq_us,
+                1e6 / (32 * gq_us));
+    std::fflush(stdout);
+  }
+  CK(cudaFree(buf));
+  CK(cudaFree(scr));
 }
 
 }  // namespace
@@ -179,6 +285,12 @@ int main(int argc, char** argv) {
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& sh : shapes)
     for (const Format& fm : formats) bench_matrix(c, sh[0], sh[1], fm, ms, dequant_rows);
+
+  std::printf("\nOne Llama-2-7B decode layer's projections (4 launches: qkv + norm, o + residual, gate/up + "
+              "norm + swiglu, down + residual):\n\n");
+  std::printf("| format | m | layer MB | gq us | GB/s | of copy | f16 matvec us | x f16 | tok/s bound (32 layers) |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  for (const Format& fm : formats) bench_layer(c, fm, ms);
 
   std::printf("\ngemv_dequantize_f16 (bytes = packed read + f16 written):\n\n");
   std::printf("| n_in x n_out | format | packed MB | us | GB/s | of copy |\n|---|---|---|---|---|---|\n");

@@ -1,9 +1,10 @@
-// Runs on a GPU machine: the group-quantized GEMV (cuda_gq.h: pack_gemv, gemv_linear,
+// Runs on a GPU machine: the group-quantized GEMV (cuda_gq.h: pack_gemv, gemv, gemv_linear,
 // gemv_dequantize_f16) against the scalar oracle gq::reference_linear / gq::dequantize, on fresh
 // random matrices (gq::random_matrix, fixed seeds): every format (int2/3/4/8, sym and asym, group
 // 32/64/128, a group of 96, per channel), act-order, 2:4-sparse matrices, short last groups,
-// odd shapes and the real ones, m = 1..8, store and accumulate. The reference is computed once
-// per matrix for the largest m (the smaller m use its first rows).
+// odd shapes and the real ones, m = 1..8, store and accumulate; fused launches (3 matrices, swiglu,
+// a folded RMSNorm); rows that do not depend on m; the k-split's counters left at zero. The
+// reference is computed once per matrix for the largest m (the smaller m use its first rows).
 // Tolerance: 1e-5 |want| + 1e-6 max|W| sum|x_i| (f32 sums in another order; a lost or doubled
 // 32-column unit is ~1e-2 of that scale). Rows >= m and y past [m][n_out] must stay untouched.
 #include <gtest/gtest.h>
@@ -76,6 +77,38 @@ DevMatrix upload(const gq::Matrix& m) {
   return d;
 }
 
+// Zeroed device scratch for a gemv launch over outs (gemv_scratch_bytes).
+struct Scratch {
+  int64_t bytes;
+  DevMem mem;
+  Scratch(const cuda::GemvOut* outs, int n, cuda::Epilogue e)
+      : bytes(cuda::gemv_scratch_bytes(outs, n, e)), mem(static_cast<size_t>(bytes)) {
+    EXPECT_EQ(cudaMemset(mem.p, 0, static_cast<size_t>(std::max<int64_t>(bytes, 16))), cudaSuccess);
+  }
+  // The scratch must be all zero after every launch (its counters start the next one, of any shape).
+  void expect_zeroed() const { expect_zeroed(mem.p, bytes); }
+  static void expect_zeroed(const void* p, int64_t n) {
+    std::vector<uint32_t> c(static_cast<size_t>(n / 4));
+    EXPECT_EQ(cudaMemcpy(c.data(), p, c.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (size_t k = 0; k < c.size(); ++k) ASSERT_EQ(c[k], 0u) << "scratch word " << k << " left non-zero";
+  }
+};
+
+// One zeroed scratch buffer shared by every fused launch of the tests, as the engine shares one:
+// launches of different shapes must leave it all zero for each other.
+struct SharedScratch {
+  static constexpr int64_t kBytes = 8 << 20;
+  void* p = nullptr;
+  SharedScratch() {
+    EXPECT_EQ(cudaMalloc(&p, kBytes), cudaSuccess);
+    EXPECT_EQ(cudaMemset(p, 0, kBytes), cudaSuccess);
+  }
+  static SharedScratch& get() {
+    static SharedScratch s;
+    return s;
+  }
+};
+
 // gemv_linear for each m of ms (store, then accumulate into random y) against the reference.
 void check_linear(const gq::Matrix& mat, const std::vector<int64_t>& ms, cudaStream_t s, uint32_t seed) {
   SCOPED_TRACE(describe(mat));
@@ -94,6 +127,8 @@ void check_linear(const gq::Matrix& mat, const std::vector<int64_t>& ms, cudaStr
 
   const DevMatrix w = upload(mat);
   ASSERT_TRUE(w.dev != nullptr);
+  const cuda::GemvOut out{&w.host.desc, w.dev->p, nullptr};
+  const Scratch scratch(&out, 1, cuda::Epilogue::store);
   DevMem dx(x.size() * 4);
   h2d(dx, x.data(), x.size() * 4);
   const size_t y_len = static_cast<size_t>((rows + 1) * n_out + 3);
@@ -106,9 +141,11 @@ void check_linear(const gq::Matrix& mat, const std::vector<int64_t>& ms, cudaStr
       if (acc)
         for (size_t k = 0; k < static_cast<size_t>(m * n_out); ++k) y0[k] = nd(rng);
       h2d(dy, y0.data(), y_len * 4);
-      const Status st = cuda::gemv_linear(w.host.desc, w.dev->p, dx.as<float>(), m, dy.as<float>(), acc, s);
+      const Status st = cuda::gemv_linear(w.host.desc, w.dev->p, dx.as<float>(), m, dy.as<float>(), acc,
+                                          scratch.mem.p, scratch.bytes, s);
       ASSERT_TRUE(st.is_ok()) << st.to_string();
       ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      scratch.expect_zeroed();
       std::vector<float> y(y_len);
       d2h(y.data(), dy, y_len * 4);
       for (size_t k = static_cast<size_t>(m * n_out); k < y_len; ++k)
@@ -126,6 +163,106 @@ void check_linear(const gq::Matrix& mat, const std::vector<int64_t>& ms, cudaStr
         }
       ASSERT_EQ(bad, 0) << "wrong outputs";
     }
+}
+
+// RMSNorm of each x row as rmsnorm_kernel defines it, x / sqrt(mean(x^2) + eps) * g, in double.
+std::vector<float> rmsnorm_rows(const std::vector<float>& x, int64_t rows, int64_t n, const std::vector<float>& g,
+                                float eps) {
+  std::vector<float> y(x.size());
+  for (int64_t i = 0; i < rows; ++i) {
+    double ss = 0;
+    for (int64_t k = 0; k < n; ++k) ss += static_cast<double>(x[static_cast<size_t>(i * n + k)]) * x[static_cast<size_t>(i * n + k)];
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
+    for (int64_t k = 0; k < n; ++k) {
+      const size_t q = static_cast<size_t>(i * n + k);
+      y[q] = static_cast<float>(x[q] * inv * g[static_cast<size_t>(k)]);
+    }
+  }
+  return y;
+}
+
+// One fused gemv launch over mats (one format and n_in) with epilogue e (store, accumulate or
+// swiglu) and optionally a folded RMSNorm, for each m of ms, against the reference on rmsnorm(x).
+void check_fused(const std::vector<gq::Matrix>& mats, cuda::Epilogue e, bool norm, const std::vector<int64_t>& ms,
+                 cudaStream_t s, uint32_t seed) {
+  SCOPED_TRACE(describe(mats[0]) + " x " + std::to_string(mats.size()) + (norm ? " norm" : "") + " epilogue " +
+               std::to_string(static_cast<int>(e)));
+  const int64_t n_in = mats[0].n_in, rows = *std::max_element(ms.begin(), ms.end());
+  const int n = static_cast<int>(mats.size());
+  std::mt19937 rng(seed);
+  const std::vector<float> x = cuda_test::randn(static_cast<size_t>(rows * n_in), rng);
+  std::vector<float> g(static_cast<size_t>(n_in));
+  std::uniform_real_distribution<float> ud(0.5f, 1.5f);
+  for (float& v : g) v = ud(rng);
+  const float eps = 1e-5f;
+  const std::vector<float> xn = norm ? rmsnorm_rows(x, rows, n_in, g, eps) : x;
+  std::vector<double> x_abs(static_cast<size_t>(rows), 0.0);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t k = 0; k < n_in; ++k) x_abs[static_cast<size_t>(i)] += std::fabs(xn[static_cast<size_t>(i * n_in + k)]);
+  std::vector<std::vector<float>> ref(mats.size());
+  std::vector<DevMatrix> w(mats.size());
+  std::vector<std::unique_ptr<DevMem>> dy(mats.size());
+  std::vector<cuda::GemvOut> outs(mats.size());
+  double max_w = 0;
+  for (int j = 0; j < n; ++j) {
+    ref[j].resize(static_cast<size_t>(rows * mats[j].n_out));
+    gq::reference_linear(mats[j], xn.data(), rows, ref[j].data());
+    for (uint16_t h : mats[j].scales) max_w = std::max(max_w, std::fabs(static_cast<double>(f16_to_f32(h))) * mats[j].maxq());
+    w[j] = upload(mats[j]);
+    ASSERT_TRUE(w[j].dev != nullptr);
+    dy[j] = std::make_unique<DevMem>(static_cast<size_t>(rows * mats[j].n_out) * 4);
+    outs[j] = {&w[j].host.desc, w[j].dev->p, dy[j]->as<float>()};
+  }
+  const int64_t scratch_bytes = cuda::gemv_scratch_bytes(outs.data(), n, e);
+  ASSERT_LE(scratch_bytes, SharedScratch::kBytes);
+  void* const scratch = SharedScratch::get().p;
+  DevMem dx(x.size() * 4), dg(g.size() * 4);
+  h2d(dx, x.data(), x.size() * 4);
+  h2d(dg, g.data(), g.size() * 4);
+  cuda::MatvecNorm mn;
+  if (norm) mn = {dg.as<float>(), eps};
+  std::normal_distribution<float> nd;
+  for (int64_t m : ms) {
+    SCOPED_TRACE("m = " + std::to_string(m));
+    std::vector<std::vector<float>> y0(mats.size());
+    for (int j = 0; j < n; ++j) {
+      y0[j].assign(static_cast<size_t>(rows * mats[j].n_out), 0.f);
+      for (float& v : y0[j]) v = nd(rng);
+      h2d(*dy[j], y0[j].data(), y0[j].size() * 4);
+    }
+    const Status st = cuda::gemv(outs.data(), n, dx.as<float>(), m, e, scratch, SharedScratch::kBytes, s, mn);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    Scratch::expect_zeroed(scratch, scratch_bytes);
+    int bad = 0;
+    for (int j = 0; j < n; ++j) {
+      std::vector<float> y(y0[j].size());
+      d2h(y.data(), *dy[j], y.size() * 4);
+      const int64_t n_out = mats[j].n_out;
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t r = 0; r < n_out; ++r) {
+          const size_t k = static_cast<size_t>(i * n_out + r);
+          const double base = 1e-6 * max_w * x_abs[static_cast<size_t>(i)];
+          double want = ref[j][k], tol = 1e-5 * std::fabs(want) + base;
+          if (i >= m || (e == cuda::Epilogue::swiglu && j == 1)) {
+            want = y0[j][k];  // rows past m and the up output are untouched
+            tol = 0;
+          } else if (e == cuda::Epilogue::accumulate) {
+            want += y0[j][k];
+            tol += 1e-6 * std::fabs(y0[j][k]);
+          } else if (e == cuda::Epilogue::swiglu) {
+            const double gt = ref[0][k], ut = ref[1][k], sg = gt / (1 + std::exp(-gt));
+            want = sg * ut;
+            tol = 1.1 * std::fabs(ut) * (1e-5 * std::fabs(gt) + base) + std::fabs(gt) * (1e-5 * std::fabs(ut) + base) +
+                  1e-6 * std::fabs(want);
+          }
+          if (!(std::fabs(y[k] - want) <= tol) && ++bad <= 5)
+            ADD_FAILURE() << "y" << j << "[" << i << "][" << r << "] = " << y[k] << ", expected " << want << " (tol "
+                          << tol << ")";
+        }
+    }
+    ASSERT_EQ(bad, 0) << "wrong outputs";
+  }
 }
 
 // gemv_dequantize_f16 against f16(gq::dequantize): s * (c - zero) is exact in f32, so the f16
@@ -198,8 +335,8 @@ TEST_F(CudaGqGemv, OddShapes) {
     }
 }
 
-// The real shapes (n_in x n_out), one format each; act-order at n_in 11008 and 14336 with m = 8
-// also takes the path that gathers x in several launches (shared memory).
+// The real shapes (n_in x n_out), one format each, m up to 8 (chunk tails: 11008 = 172 chunks of
+// int4, 86 of int2); act-order at n_in 11008 and 14336 stages large gathered ranges of x.
 TEST_F(CudaGqGemv, RealShapes) {
   struct Shape {
     int64_t n_in, n_out;
@@ -217,6 +354,72 @@ TEST_F(CudaGqGemv, RealShapes) {
     const gq::Matrix m = gq::random_matrix(sh.f, sh.n_out, sh.n_in, seed, sh.act);
     check_linear(m, {1, 3, 8}, stream_, seed++);
     if (HasFatalFailure()) return;
+  }
+}
+
+// Fused launches: q/k/v-like triples (n_out 96, 32, 33) and gate/up pairs (swiglu), with and
+// without a folded RMSNorm, accumulate with a norm, act-order triples; n_in 4096 splits k over
+// several blocks (their partial sums meet in scratch), n_in 576 does not; one scratch buffer for
+// all (launches of other shapes, as in the engine), all zero after each. The n_in 4096 triple
+// (1365 rows: 4096 / 3) is the shape of CudaBackend.GqProjectionsMatchCpu, which found a
+// scratch left non-zero.
+TEST_F(CudaGqGemv, FusedMatricesEpiloguesAndNorm) {
+  uint32_t seed = 400;
+  const std::vector<QuantFormat> fmts = {fmt(4, 128, false), fmt(3, 64, true), fmt(2, 32, false), fmt(8, 4096, true)};
+  for (const QuantFormat& f0 : fmts)
+    for (int64_t n_in : {576, 4096}) {
+      QuantFormat f = f0;
+      if (f.group > n_in) f.group = n_in;
+      for (bool act : {false, true}) {
+        const int64_t n_kv = n_in == 4096 ? 1365 : 32;
+        const std::vector<gq::Matrix> qkv = {gq::random_matrix(f, 96, n_in, seed, act),
+                                             gq::random_matrix(f, n_kv, n_in, seed + 1, act),
+                                             gq::random_matrix(f, n_kv + 1, n_in, seed + 2, act)};
+        for (bool norm : {false, true}) {
+          check_fused(qkv, cuda::Epilogue::store, norm, {1, 3, 8}, stream_, seed++);
+          if (HasFatalFailure()) return;
+        }
+        check_fused({qkv[0]}, cuda::Epilogue::accumulate, true, {2, 5}, stream_, seed++);
+        if (HasFatalFailure()) return;
+      }
+      const std::vector<gq::Matrix> gate_up = {gq::random_matrix(f, 72, n_in, seed, false),
+                                               gq::random_matrix(f, 72, n_in, seed + 1, false)};
+      for (bool norm : {false, true}) {
+        check_fused(gate_up, cuda::Epilogue::swiglu, norm, {1, 4, 8}, stream_, seed++);
+        if (HasFatalFailure()) return;
+      }
+    }
+}
+
+// Row i of y does not depend on m (the k-split depends on the shape only) and repeated launches
+// give the same bits (the partial sums are added in a fixed order, whatever order blocks finish).
+TEST_F(CudaGqGemv, RowsDoNotDependOnM) {
+  for (int bits : {4, 3}) {
+    const gq::Matrix mat = gq::random_matrix(fmt(bits, 128, false), 256, 4096, 21, false);
+    SCOPED_TRACE(describe(mat));
+    const DevMatrix w = upload(mat);
+    ASSERT_TRUE(w.dev != nullptr);
+    std::mt19937 rng(9);
+    const std::vector<float> x = cuda_test::randn(static_cast<size_t>(8 * mat.n_in), rng);
+    DevMem dx(x.size() * 4), dy(static_cast<size_t>(8 * mat.n_out) * 4);
+    h2d(dx, x.data(), x.size() * 4);
+    const cuda::GemvOut out{&w.host.desc, w.dev->p, dy.as<float>()};
+    const Scratch sc(&out, 1, cuda::Epilogue::store);
+    ASSERT_GT(sc.bytes, 0) << "the shape should split k";
+    auto run = [&](int64_t m) {
+      std::vector<float> y(static_cast<size_t>(m * mat.n_out));
+      EXPECT_TRUE(cuda::gemv(&out, 1, dx.as<float>(), m, cuda::Epilogue::store, sc.mem.p, sc.bytes, stream_).is_ok());
+      EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      d2h(y.data(), dy, y.size() * 4);
+      return y;
+    };
+    const std::vector<float> full = run(8);
+    cuda_test::expect_bits(run(8), full, "a second launch");
+    for (int64_t m : {1, 2, 3, 5, 7}) {
+      const std::vector<float> part = run(m);
+      cuda_test::expect_bits(part, std::vector<float>(full.begin(), full.begin() + static_cast<ptrdiff_t>(part.size())),
+                             "m = " + std::to_string(m));
+    }
   }
 }
 
@@ -239,8 +442,7 @@ TEST_F(CudaGqGemv, DequantizeF16MatchesReference) {
 }
 
 // Under stream capture (decode steps are replayed as CUDA graphs) the replay gives the direct
-// launch's bits, also for act-order with more than 48 KiB of gathered x (a function attribute
-// is set at launch).
+// launch's bits, with and without act-order, through the k-split's scratch.
 TEST_F(CudaGqGemv, RunsUnderGraphCapture) {
   for (bool act : {false, true}) {
     const gq::Matrix mat = gq::random_matrix(fmt(4, 128, false), 64, 14336, 11, act);
@@ -252,12 +454,17 @@ TEST_F(CudaGqGemv, RunsUnderGraphCapture) {
     const std::vector<float> x = cuda_test::randn(static_cast<size_t>(m * mat.n_in), rng);
     DevMem dx(x.size() * 4), y1(static_cast<size_t>(m * mat.n_out) * 4), y2(static_cast<size_t>(m * mat.n_out) * 4);
     h2d(dx, x.data(), x.size() * 4);
-    ASSERT_TRUE(cuda::gemv_linear(w.host.desc, w.dev->p, dx.as<float>(), m, y1.as<float>(), false, stream_).is_ok());
+    const cuda::GemvOut out{&w.host.desc, w.dev->p, nullptr};
+    const Scratch sc(&out, 1, cuda::Epilogue::store);
+    ASSERT_TRUE(cuda::gemv_linear(w.host.desc, w.dev->p, dx.as<float>(), m, y1.as<float>(), false, sc.mem.p, sc.bytes,
+                                  stream_)
+                    .is_ok());
     ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal), cudaSuccess);
-    const Status st = cuda::gemv_linear(w.host.desc, w.dev->p, dx.as<float>(), m, y2.as<float>(), false, stream_);
+    const Status st =
+        cuda::gemv_linear(w.host.desc, w.dev->p, dx.as<float>(), m, y2.as<float>(), false, sc.mem.p, sc.bytes, stream_);
     ASSERT_EQ(cudaStreamEndCapture(stream_, &graph), cudaSuccess);
     ASSERT_TRUE(st.is_ok()) << st.to_string();
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
@@ -295,23 +502,39 @@ TEST_F(CudaGqGemv, UnsupportedShapesAndArgumentErrorsNameTheValue) {
   ASSERT_TRUE(w.dev != nullptr);
   DevMem x(9 * 256 * 4 + 16), y(9 * 64 * 4);
   const PackedWeight& d = w.host.desc;
-  expect_err(cuda::gemv_linear(d, w.dev->p, x.as<float>(), 9, y.as<float>(), false, stream_), "m = 9");
-  expect_err(cuda::gemv_linear(d, w.dev->p, x.as<float>(), 0, y.as<float>(), false, stream_), "m = 0");
-  expect_err(cuda::gemv_linear(d, w.dev->p, x.as<float>() + 1, 1, y.as<float>(), false, stream_), "x = ");
-  expect_err(cuda::gemv_linear(d, w.dev->p, nullptr, 1, y.as<float>(), false, stream_), "x = ");
-  expect_err(cuda::gemv_linear(d, w.dev->p, x.as<float>(), 1, nullptr, false, stream_), "y = ");
-  expect_err(cuda::gemv_linear(d, w.dev->p, x.as<float>(), 2, x.as<float>() + 100, false, stream_), "overlaps");
-  expect_err(cuda::gemv_linear(d, nullptr, x.as<float>(), 1, y.as<float>(), false, stream_), "w_dev");
+  const cuda::GemvOut out{&d, w.dev->p, nullptr};
+  const Scratch sc(&out, 1, cuda::Epilogue::store);
+  void* scr = sc.mem.p;
+  const int64_t sb = sc.bytes;
+  expect_err(cuda::gemv_linear(d, w.dev->p, x.as<float>(), 9, y.as<float>(), false, scr, sb, stream_), "m = 9");
+  expect_err(cuda::gemv_linear(d, w.dev->p, x.as<float>(), 0, y.as<float>(), false, scr, sb, stream_), "m = 0");
+  expect_err(cuda::gemv_linear(d, w.dev->p, nullptr, 1, y.as<float>(), false, scr, sb, stream_), "x = ");
+  expect_err(cuda::gemv_linear(d, w.dev->p, x.as<float>(), 1, nullptr, false, scr, sb, stream_), "y = ");
+  expect_err(cuda::gemv_linear(d, w.dev->p, x.as<float>(), 2, x.as<float>() + 100, false, scr, sb, stream_), "overlaps");
+  expect_err(cuda::gemv_linear(d, nullptr, x.as<float>(), 1, y.as<float>(), false, scr, sb, stream_), "w_dev");
   PackedWeight other = d;
   other.layout = cuda::kLayoutMarlin;
-  expect_err(cuda::gemv_linear(other, w.dev->p, x.as<float>(), 1, y.as<float>(), false, stream_), "layout");
+  expect_err(cuda::gemv_linear(other, w.dev->p, x.as<float>(), 1, y.as<float>(), false, scr, sb, stream_), "layout");
   other = d;
   other.bytes += 256;
-  expect_err(cuda::gemv_linear(other, w.dev->p, x.as<float>(), 1, y.as<float>(), false, stream_), "bytes");
+  expect_err(cuda::gemv_linear(other, w.dev->p, x.as<float>(), 1, y.as<float>(), false, scr, sb, stream_), "bytes");
   other = d;
   other.n_in = 100;
-  expect_err(cuda::gemv_linear(other, w.dev->p, x.as<float>(), 1, y.as<float>(), false, stream_), "100");
+  expect_err(cuda::gemv_linear(other, w.dev->p, x.as<float>(), 1, y.as<float>(), false, scr, sb, stream_), "100");
   expect_err(cuda::gemv_dequantize_f16(d, w.dev->p, static_cast<char*>(y.p) + 2, stream_), "out = ");
+  {  // a k-split launch without its scratch; fused matrices that do not match
+    const gq::Matrix big = gq::random_matrix(fmt(4, 128, false), 64, 4096, 8, false);
+    const DevMatrix wb = upload(big);
+    ASSERT_TRUE(wb.dev != nullptr);
+    const cuda::GemvOut ob{&wb.host.desc, wb.dev->p, y.as<float>()};
+    ASSERT_GT(cuda::gemv_scratch_bytes(&ob, 1, cuda::Epilogue::store), 0);
+    DevMem xb(4096 * 4);
+    expect_err(cuda::gemv(&ob, 1, xb.as<float>(), 1, cuda::Epilogue::store, nullptr, 0, stream_), "scratch");
+    const cuda::GemvOut two[2] = {ob, {&d, w.dev->p, y.as<float>() + 64}};
+    expect_err(cuda::gemv(two, 2, xb.as<float>(), 1, cuda::Epilogue::store, nullptr, 0, stream_), "differ");
+    expect_err(cuda::gemv(two, 1, xb.as<float>(), 1, cuda::Epilogue::swiglu, nullptr, 0, stream_), "swiglu");
+    expect_err(cuda::gemv(two, 2, xb.as<float>(), 1, cuda::Epilogue::rope_kv, nullptr, 0, stream_), "epilogue");
+  }
   ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
 }

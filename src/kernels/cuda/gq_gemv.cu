@@ -1,35 +1,41 @@
-// Group-quantized matrix-vector products for decode (cuda_gq.h: gemv_linear), batch m <= 8 on
-// CUDA cores, and the expansion of the same packed matrix to dense f16 (gemv_dequantize_f16).
+// Group-quantized matrix-vector products for decode (cuda_gq.h: gemv, gemv_linear), batch m <= 8
+// on CUDA cores, and the expansion of the same packed matrix to dense f16 (gemv_dequantize_f16).
 // The layout is described in gq_gemv_layout.h; the kernel streams it once from HBM.
 //
-// Work split
-// - One block of 16 warps per tile of 32 rows, lane l on row l. Warp w takes chunks w, w + 16,
-//   w + 32, ... of the tile, so every warp load is 512 contiguous bytes (chunk c of the 32 rows)
-//   and all lanes of a warp need the same x values: x is read as float4 through L1 (one broadcast
-//   per load), or, with act-order, from a copy of x gathered by perm into shared memory when the
-//   block starts (every x row and column is used by the 32 rows of the block). When m rows of
-//   gathered x do not fit in shared memory (m * n_in * 4 bytes; e.g. m = 8 at n_in = 14336), the
-//   rows go in several launches, each reading the weights again.
-// - A batch is U chunks: their loads (ld.global.nc.L1::no_allocate; int3 also its 8-byte hi
-//   chunks) and scale records are issued before any arithmetic. The first batch is issued before
-//   griddepcontrol.wait (PDL): weights are never written by kernels.
-// - The 16 warps' partial sums meet in shared memory; warp i adds up x row i and applies the
-//   epilogue (a template point: store / accumulate now, fused epilogues later). No shuffles.
+// Work split (a decode matrix of 4096 rows is only 128 tiles: the k dimension is split too, so
+// that every SM has some 16-24 warps with loads in flight)
+// - An "item" is one 32-row tile (swiglu: tile t of gate and tile t of up, R = 2), lane l on row l
+//   of it. The items of up to 3 matrices form one flat index space (matrix 0's tiles, then 1's...).
+// - Each item is cut along k into KS blocks of 4 warps; warp w of block ks streams the chunks
+//   [(4 ks + w) cpw, (4 ks + w + 1) cpw) of its tile(s), so every warp load is 512 contiguous bytes
+//   (chunk c of the 32 rows) and all lanes need the same x values. KS depends only on the shape and
+//   the SM count (pick_split), never on m: row i of y is the same bits whatever m is.
+// - A batch is U chunks of each of the R tiles: their loads (ld.global.nc.L1::no_allocate; int3
+//   also its 8-byte hi chunks) and scale records are issued before any arithmetic. The first batch
+//   is issued before griddepcontrol.wait (PDL): weights are never written by kernels.
+// - After the wait the block stages its k-range of x into shared memory: gathered by perm
+//   (act-order), multiplied by the norm weight (folded RMSNorm), zero past n_in; the stage also
+//   sums x^2 over the range (RMSNorm's sum of squares: the KS ranges of an item cover the row once).
+// - The 4 warps' sums meet in shared memory (fixed order). With KS = 1 the block applies the
+//   epilogue; otherwise it writes its partial sums to scratch and the last block of the item to
+//   arrive (a counter, reset by that block) adds the KS partials in ks order (deterministic), zeroes
+//   them (one scratch serves launches of every shape: it must be all zero between launches) and
+//   applies the epilogue: store / accumulate / swiglu, times 1/rms under a folded norm.
 //
 // Arithmetic per unit (32 columns, int8: 16; one scale record):
 // - (word & mask) | 0x64006400 (one LOP3; int8: one PRMT) makes an f16 pair 1024 + c * 2^(b*j);
 //   one HFMA2 with (2^-(b*j), -(1024 * 2^-(b*j) + zero)) gives the exact integers c - zero, which
 //   are converted to f32 and multiplied into t[i] += (c - zero) * x[i] (f32 FMAs, exact products).
-//   About 2 instructions per weight (int4: ~120 per 16 bytes at m = 1) plus one FMA per weight
-//   and x row.
 // - At the end of the unit acc[i] += scale * t[i]: W = scale * (c - zero) exactly as the reference
 //   has it; only the order of the f32 sums differs.
 // - With m >= 4 the kernel is bound by those f32 FMAs (one per weight and x row), not by HBM.
 // Instantiations: bits {2, 3, 4, 8} x M {1, 2, 4, 8} (m rounded up; x rows >= m are skipped by
-// uniform predicates, never stored) x act-order, and one dequantize kernel per bits.
+// uniform predicates, never stored) x {one tile, act-order, two tiles (swiglu)}, and one
+// dequantize kernel per bits.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "kernels/cuda/common.cuh"
@@ -41,39 +47,53 @@ namespace {
 
 namespace L = gemv_layout;
 
-constexpr int kWarps = 16;  // warps sharing one tile (warp w takes chunks w, w + 16, ...)
+constexpr int kWarps = 4;  // warps of a block, each on its own k-range of the block's item
 constexpr int kThreads = 32 * kWarps;
+// Chunks per lane per batch (U = loads / R of each tile): 4, 2 KiB per warp. (8 with fewer blocks
+// measured slower on an H200: 98 vs 83 us per Llama-2-7B layer; bench/DEVICE_RUNS.md.)
+constexpr int loads_of(int) { return 4; }
+constexpr int kMaxM = 8;
 static_assert(L::kTileRows == 32, "one row per lane");
+static_assert(kMaxM == kGemvMaxRows, "scratch is laid out for kGemvMaxRows rows of x");
 
-// Tuning: U chunks per batch (4: 2 KiB in flight per warp), and the occupancy asked of ptxas in
-// blocks of 512 threads per SM: 2 (<= 64 registers) for m <= 2, where the batch's loads and the
-// unit's f32 values fit (int3 M = 2 would spill), 1 (<= 128) otherwise.
-template <int BITS, int M>
+// Occupancy asked of ptxas, in blocks of 128 threads per SM (6: <= 80 registers, 4: <= 128,
+// 3: <= 168), the tightest that does not spill (ptxas -v, sm_90a).
+template <int M, int R>
 struct Cfg {
-  static constexpr int U = 4;
-  static constexpr int min_blocks = M == 1 || (M == 2 && BITS != 3) ? 2 : 1;
+  static constexpr int min_blocks = M == 1 || (M == 2 && R == 1) ? 6 : M == 8 ? 3 : 4;
+};
+constexpr int kBlocksPerSm = 6;  // blocks per SM the k-split aims at
+
+// One matrix: its sections on the device and its output.
+struct Mat {
+  const uint4* codes = nullptr;
+  const uint2* hi = nullptr;  // int3 only
+  const uint32_t* recs = nullptr;
+  const int32_t* perm = nullptr;  // act-order only
+  float* y = nullptr;
+  int64_t n_out = 0;
+  int64_t item0 = 0;  // its first flat item
 };
 
-struct Args {
-  const uint4* codes;
-  const uint2* hi;        // int3 only
-  const uint32_t* recs;
-  const int32_t* perm;    // act-order only
-  const float* x;
-  int64_t n_out;
-  int n_in, chunks, groups, units, m;
+// The shape shared by the matrices of a launch.
+struct Geo {
+  int n_in, chunks, groups, units;
   uint32_t gmagic;  // group of 32-column block b: umulhi(b, gmagic), or b when 0 (group 32)
 };
 
-// The epilogue of output y[i][row] = v: the kernels' template point.
-struct StoreEpi {
-  float* y;
-  int64_t n_out;
-  bool accumulate;
-  __device__ __forceinline__ void operator()(int i, int64_t row, float v) const {
-    float* p = y + i * n_out + row;
-    *p = accumulate ? *p + v : v;
-  }
+struct Args {
+  Mat mat[3];
+  int n_mats;
+  Geo g;
+  int64_t items;
+  int ks, cpw;  // blocks per item (k-split), chunks per warp
+  const float* x;
+  const float* norm;  // folded RMSNorm weight [n_in], or null
+  float eps;
+  int m;
+  Epilogue epi;
+  float* partial;      // ks > 1: [items][ks][R][kMaxM][32] partial sums, then [items][ks][kMaxM] x^2 sums
+  unsigned* counters;  // ks > 1: [items] blocks arrived
 };
 
 template <int BITS>
@@ -205,16 +225,16 @@ __device__ __forceinline__ float scale_of(uint32_t rec) {
 }
 
 template <int BITS>
-__device__ __forceinline__ int group_of(const Args& a, int unit) {
+__device__ __forceinline__ int group_of(const Geo& g, int unit) {
   const uint32_t b = static_cast<uint32_t>(BITS == 8 ? unit >> 1 : unit);  // 32-column block
-  return static_cast<int>(a.gmagic ? __umulhi(b, a.gmagic) : b);
+  return static_cast<int>(g.gmagic ? __umulhi(b, g.gmagic) : b);
 }
 
-// acc[i] += scale * sum over unit k of chunk ch of (c - zero) * x[i] (col0: its first column).
-// x: the x rows (global, row stride n_in), or with PERM the gathered copy in shared memory.
+// acc[i] += scale * sum over unit k of chunk ch of (c - zero) * x[i] (x: the unit's first column
+// of x row 0 in the staged copy, rows `stride` floats apart).
 template <int BITS, int M>
-__device__ __forceinline__ void unit_fma(const Args& a, const float* x, const Chunk& ch, int k, uint32_t rec,
-                                         int col0, float (&acc)[M]) {
+__device__ __forceinline__ void unit_fma(const float* x, int stride, int m, const Chunk& ch, int k, uint32_t rec,
+                                         float (&acc)[M]) {
   constexpr uint32_t magic = 0x64006400u;  // f16 1024 in both halves
   uint32_t zc[Codec<BITS>::kClasses];
   class_addends<BITS>(rec, zc);
@@ -227,8 +247,8 @@ __device__ __forceinline__ void unit_fma(const Args& a, const float* x, const Ch
     quad_values<BITS>(ch, k, e, zc, magic, w);
 #pragma unroll
     for (int i = 0; i < M; ++i)
-      if (M <= 2 || i < M / 2 || i < a.m) {
-        const float4 xv = *reinterpret_cast<const float4*>(x + i * a.n_in + col0 + 4 * e);
+      if (M <= 2 || i < M / 2 || i < m) {
+        const float4 xv = *reinterpret_cast<const float4*>(x + i * stride + 4 * e);
         t[i] = fmaf(w[0], xv.x, t[i]);
         t[i] = fmaf(w[1], xv.y, t[i]);
         t[i] = fmaf(w[2], xv.z, t[i]);
@@ -240,113 +260,248 @@ __device__ __forceinline__ void unit_fma(const Args& a, const float* x, const Ch
   for (int i = 0; i < M; ++i) acc[i] = fmaf(s, t[i], acc[i]);
 }
 
-// Issues batch b of this lane: chunks b, b + 16, ..., and their scale records.
-template <int BITS, int U>
-__device__ __forceinline__ void load_batch(const Args& a, const uint4* cp, const uint2* hp, const uint32_t* rp, int b,
-                                           Chunk (&v)[U], uint32_t (&rec)[U][Codec<BITS>::kUnits]) {
+// The tiles of one item: R lane pointers into codes / hi / recs, the output of each.
+template <int R>
+struct Tiles {
+  const uint4* cp[R];
+  const uint2* hp[R];
+  const uint32_t* rp[R];
+  const int32_t* perm;
+  float* y[R];
+  int64_t n_out[R];
+  int64_t tile[R];
+};
+
+__device__ __forceinline__ Mat mat_of(const Args& a, int j) { return j == 0 ? a.mat[0] : j == 1 ? a.mat[1] : a.mat[2]; }
+
+template <int BITS, int R>
+__device__ __forceinline__ Tiles<R> tiles_of(const Args& a, int64_t item, int lane) {
+  Tiles<R> t;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    // R = 2 (swiglu): gate and up, tile `item` of each; R = 1: the matrix holding flat item `item`.
+    const int j = R == 2 ? r : (a.n_mats > 1 && item >= a.mat[1].item0) + (a.n_mats > 2 && item >= a.mat[2].item0);
+    const Mat mt = mat_of(a, j);
+    t.tile[r] = item - mt.item0;
+    const int64_t slot0 = t.tile[r] * a.g.chunks * L::kTileRows + lane;
+    t.cp[r] = mt.codes + slot0;
+    t.hp[r] = Codec<BITS>::kHi ? mt.hi + slot0 : nullptr;
+    t.rp[r] = mt.recs + t.tile[r] * a.g.groups * L::kTileRows + lane;
+    t.y[r] = mt.y;
+    t.n_out[r] = mt.n_out;
+    if (r == 0) t.perm = mt.perm;
+  }
+  return t;
+}
+
+// Issues the batch at chunk b of this warp's range [.., end): chunks b .. b + U - 1 of each tile,
+// and their scale records.
+template <int BITS, int R, int U>
+__device__ __forceinline__ void load_batch(const Geo& g, const Tiles<R>& t, int b, int end, Chunk (&v)[R][U],
+                                           uint32_t (&rec)[R][U][Codec<BITS>::kUnits]) {
   using C = Codec<BITS>;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    const int c = b + kWarps * u;
-    if (c < a.chunks) {
-      v[u].lo = ld_stream(cp + c * L::kTileRows);
-      if constexpr (C::kHi) v[u].hi = ld_stream(hp + c * L::kTileRows);
+    const int c = b + u;
+    if (c < end)
 #pragma unroll
-      for (int k = 0; k < C::kUnits; ++k) {
-        const int unit = min(c * C::kUnits + k, a.units - 1);  // a padding unit: any record
-        rec[u][k] = __ldg(rp + static_cast<uint32_t>(group_of<BITS>(a, unit)) * L::kTileRows);
+      for (int r = 0; r < R; ++r) {
+        v[r][u].lo = ld_stream(t.cp[r] + c * L::kTileRows);
+        if constexpr (C::kHi) v[r][u].hi = ld_stream(t.hp[r] + c * L::kTileRows);
+#pragma unroll
+        for (int k = 0; k < C::kUnits; ++k) {
+          const int unit = min(c * C::kUnits + k, g.units - 1);  // a padding unit: any record
+          rec[r][u][k] = __ldg(t.rp[r] + static_cast<uint32_t>(group_of<BITS>(g, unit)) * L::kTileRows);
+        }
       }
-    }
   }
 }
 
-// PERM: dynamic shared memory holds x[i][perm[k]] for i < m (m * n_in floats).
-template <int BITS, int M, bool PERM, class Epi>
-__global__ void __launch_bounds__(kThreads, Cfg<BITS, M>::min_blocks) gemv_kernel(const Args a, const Epi epi) {
+// 1 / rms of a row from its sum of squares over n values (as rmsnorm_kernel).
+__device__ __forceinline__ float inv_rms_of(float ss, int n, float eps) {
+  return 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+}
+
+// The epilogue of x row i for this lane's row of the item's tiles: v[r] the finished sums of tile r.
+template <int R>
+__device__ __forceinline__ void finish(const Args& a, const Tiles<R>& t, int lane, int i, float (&v)[R], float ss) {
+  if (a.norm != nullptr) {
+    const float inv = inv_rms_of(ss, a.g.n_in, a.eps);
+#pragma unroll
+    for (int r = 0; r < R; ++r) v[r] *= inv;
+  }
+  const int64_t row = t.tile[0] * L::kTileRows + lane;
+  if (row >= t.n_out[0]) return;
+  float* p = t.y[0] + i * t.n_out[0] + row;
+  if constexpr (R == 2) {  // swiglu: gate, up
+    *p = v[0] / (1.f + expf(-v[0])) * v[1];
+  } else {
+    *p = a.epi == Epilogue::accumulate ? *p + v[0] : v[0];
+  }
+}
+
+// Dynamic shared memory: the block's k-range of x, [m][span] floats (span = 4 cpw chunk columns).
+// PERM: act-order (x gathered by the matrix's perm). R = 2: swiglu over two tiles.
+template <int BITS, int M, int R, bool PERM>
+__global__ void __launch_bounds__(kThreads, Cfg<M, R>::min_blocks) gemv_kernel(const Args a) {
   using C = Codec<BITS>;
-  constexpr int U = Cfg<BITS, M>::U;
+  constexpr int U = loads_of(BITS) / R;
   extern __shared__ float4 xs4[];
-  __shared__ float part[kWarps][M][32];
+  __shared__ float part[kWarps][R][M][32];
+  __shared__ float ss_part[kWarps][M];
+  __shared__ bool last;
   const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
-  const int64_t tile = blockIdx.x;
+  const int64_t item = blockIdx.x / a.ks;
+  const int ks = static_cast<int>(blockIdx.x % a.ks);
   detail::pdl_release();
-  const int64_t slot0 = tile * a.chunks * L::kTileRows + lane;
-  const uint4* cp = a.codes + slot0;
-  const uint2* hp = C::kHi ? a.hi + slot0 : nullptr;
-  const uint32_t* rp = a.recs + tile * a.groups * L::kTileRows + lane;
+  const Tiles<R> t = tiles_of<BITS, R>(a, item, lane);
+  const int span = kWarps * a.cpw * C::kCols;     // staged columns
+  const int col0 = ks * kWarps * a.cpw * C::kCols;  // first one
+  const int begin = (ks * kWarps + warp) * a.cpw, end = min(begin + a.cpw, a.g.chunks);
 
-  Chunk v[U];
-  uint32_t rec[U][C::kUnits];
+  Chunk v[R][U];
+  uint32_t rec[R][U][C::kUnits];
 #pragma unroll
-  for (int u = 0; u < U; ++u) {
-    v[u] = Chunk{};
-#pragma unroll
-    for (int k = 0; k < C::kUnits; ++k) rec[u][k] = 0;
-  }
-  int b = warp;
-  if (b < a.chunks) load_batch<BITS, U>(a, cp, hp, rp, b, v, rec);
-  detail::pdl_wait();  // x and y come from the previous kernel
-
-  const float* x = a.x;
-  if constexpr (PERM) {  // gather x by perm into shared memory
-    float* xs = reinterpret_cast<float*>(xs4);
-    for (int i = 0; i < a.m; ++i)
-      for (int k = static_cast<int>(threadIdx.x); k < a.n_in; k += kThreads)
-        xs[i * a.n_in + k] = a.x[i * a.n_in + __ldg(a.perm + k)];
-    __syncthreads();
-    x = xs;
-  }
-
-  float acc[M];
-#pragma unroll
-  for (int i = 0; i < M; ++i) acc[i] = 0.f;
-#pragma unroll 1
-  for (; b < a.chunks; b += kWarps * U) {
-    if (b != warp) load_batch<BITS, U>(a, cp, hp, rp, b, v, rec);
+  for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int c = b + kWarps * u;
-      if (c >= a.chunks) break;  // warp-uniform
+      v[r][u] = Chunk{};
+#pragma unroll
+      for (int k = 0; k < C::kUnits; ++k) rec[r][u][k] = 0;
+    }
+  if (begin < end) load_batch<BITS, R, U>(a.g, t, begin, end, v, rec);
+  detail::pdl_wait();  // x, y and the scratch belong to the previous kernel until here
+
+  // Stage x[i][col0 .. col0 + span) (gathered, times the norm weight; zero past n_in) and sum its
+  // squares.
+  float* xs = reinterpret_cast<float*>(xs4);
+  const int n_in = a.g.n_in;
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    if (i >= a.m) break;  // block-uniform
+    float ss = 0.f;
+    for (int k = static_cast<int>(threadIdx.x); k < span; k += kThreads) {
+      const int col = col0 + k;
+      float val = 0.f;
+      if (col < n_in) {
+        const int src = PERM ? __ldg(t.perm + col) : col;
+        val = a.x[static_cast<int64_t>(i) * n_in + src];
+        ss = fmaf(val, val, ss);
+        if (a.norm != nullptr) val *= __ldg(a.norm + src);
+      }
+      xs[i * span + k] = val;
+    }
+    ss = detail::warp_sum(ss);
+    if (lane == 0) ss_part[warp][i] = ss;
+  }
+  __syncthreads();
+
+  float acc[R][M];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int i = 0; i < M; ++i) acc[r][i] = 0.f;
+#pragma unroll 1
+  for (int b = begin; b < end; b += U) {
+    if (b != begin) load_batch<BITS, R, U>(a.g, t, b, end, v, rec);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = b + u;
+      if (c >= end) break;  // warp-uniform
 #pragma unroll
       for (int k = 0; k < C::kUnits; ++k) {
         const int unit = c * C::kUnits + k;
-        if (C::kUnits == 1 || unit < a.units) unit_fma<BITS, M>(a, x, v[u], k, rec[u][k], unit * C::kUnitCols, acc);
+        if (C::kUnits == 1 || unit < a.g.units)
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+            unit_fma<BITS, M>(xs + unit * C::kUnitCols - col0, span, a.m, v[r][u], k, rec[r][u][k], acc[r]);
       }
     }
   }
 
-  // The 16 warps' sums of each row meet in shared memory; warp i finishes x row i.
+  // The block's sums: warp w finishes x rows w, w + 4, ... (the 4 warps' parts in order).
 #pragma unroll
-  for (int i = 0; i < M; ++i) part[warp][i][lane] = acc[i];
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int i = 0; i < M; ++i) part[warp][r][i][lane] = acc[r][i];
   __syncthreads();
-  if (warp >= M || warp >= a.m) return;
-  float sum = 0.f;
+  // ks > 1: this item's partial sums [ks][R][kMaxM][32] and x^2 sums [ks][kMaxM] in scratch.
+  const int64_t sums = a.items * a.ks * (R * kMaxM * 32);
+  float* const partial = a.ks == 1 ? nullptr : a.partial + item * a.ks * (R * kMaxM * 32);
+  float* const ss_out = a.ks == 1 ? nullptr : a.partial + sums + item * a.ks * kMaxM;
+  for (int i = warp; i < a.m; i += kWarps) {
+    float val[R], ss = 0.f;
 #pragma unroll
-  for (int w = 0; w < kWarps; ++w) sum += part[w][warp][lane];
-  const int64_t row = tile * L::kTileRows + lane;
-  if (row < a.n_out) epi(warp, row, sum);
+    for (int r = 0; r < R; ++r) {
+      val[r] = 0.f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) val[r] += part[w][r][i][lane];
+    }
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) ss += ss_part[w][i];
+    if (a.ks == 1) {
+      finish<R>(a, t, lane, i, val, ss);
+    } else {
+#pragma unroll
+      for (int r = 0; r < R; ++r) __stcg(partial + (ks * R + r) * (kMaxM * 32) + i * 32 + lane, val[r]);
+      if (lane == 0) __stcg(ss_out + ks * kMaxM + i, ss);
+    }
+  }
+  if (a.ks == 1) return;
+
+  // The last block of the item to arrive adds the KS partial sums in ks order.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned before = atomicAdd(a.counters + item, 1u);
+    last = before == static_cast<unsigned>(a.ks - 1);
+    if (last) a.counters[item] = 0;  // every block of the item has arrived: ready for the next launch
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  // Every slot read is zeroed again: the whole scratch is back at zero for the next launch, whatever
+  // its shape (another launch's counters may lie where these partial sums were).
+  for (int i = warp; i < a.m; i += kWarps) {
+    float val[R], ss = 0.f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) val[r] = 0.f;
+    for (int k = 0; k < a.ks; ++k) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float* p = partial + (k * R + r) * (kMaxM * 32) + i * 32 + lane;
+        val[r] += __ldcg(p);
+        __stcg(p, 0.f);
+      }
+      ss += __ldcg(ss_out + k * kMaxM + i);
+    }
+    __syncwarp();
+    if (lane == 0)
+      for (int k = 0; k < a.ks; ++k) __stcg(ss_out + k * kMaxM + i, 0.f);
+    finish<R>(a, t, lane, i, val, ss);
+  }
 }
 
 // Dense f16 [n_out][n_in] (original column order): one thread per stored chunk.
 template <int BITS>
-__global__ void __launch_bounds__(256) dequant_kernel(const Args a, int64_t slots, __half* out) {
+__global__ void __launch_bounds__(256) dequant_kernel(const Mat mt, const Geo g, int64_t slots, __half* out) {
   using C = Codec<BITS>;
   constexpr uint32_t magic = 0x64006400u;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < slots;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t tc = idx / L::kTileRows, tile = tc / a.chunks;
-    const int c = static_cast<int>(tc % a.chunks), lane = static_cast<int>(idx % L::kTileRows);
+    const int64_t tc = idx / L::kTileRows, tile = tc / g.chunks;
+    const int c = static_cast<int>(tc % g.chunks), lane = static_cast<int>(idx % L::kTileRows);
     const int64_t row = tile * L::kTileRows + lane;
-    if (row >= a.n_out) continue;
+    if (row >= mt.n_out) continue;
     Chunk ch;
-    ch.lo = a.codes[idx];
-    if constexpr (C::kHi) ch.hi = a.hi[idx];
-    __half* orow = out + row * a.n_in;
+    ch.lo = mt.codes[idx];
+    if constexpr (C::kHi) ch.hi = mt.hi[idx];
+    __half* orow = out + row * g.n_in;
 #pragma unroll
     for (int k = 0; k < C::kUnits; ++k) {
       const int unit = c * C::kUnits + k;
-      if (unit >= a.units) continue;
-      const uint32_t rec = a.recs[(tile * a.groups + group_of<BITS>(a, unit)) * L::kTileRows + lane];
+      if (unit >= g.units) continue;
+      const uint32_t rec = mt.recs[(tile * g.groups + group_of<BITS>(g, unit)) * L::kTileRows + lane];
       uint32_t zc[C::kClasses];
       class_addends<BITS>(rec, zc);
       const float s = scale_of(rec);
@@ -364,12 +519,12 @@ __global__ void __launch_bounds__(256) dequant_kernel(const Args a, int64_t slot
           }
         }
         const int col = unit * C::kUnitCols + 8 * e;
-        if (a.perm == nullptr) {
+        if (mt.perm == nullptr) {
           *reinterpret_cast<uint4*>(orow + col) = make_uint4(hw[0], hw[1], hw[2], hw[3]);
         } else {
 #pragma unroll
           for (int j = 0; j < 8; ++j)
-            orow[a.perm[col + j]] = __ushort_as_half(static_cast<unsigned short>(hw[j / 2] >> (16 * (j % 2))));
+            orow[mt.perm[col + j]] = __ushort_as_half(static_cast<unsigned short>(hw[j / 2] >> (16 * (j % 2))));
         }
       }
     }
@@ -384,14 +539,14 @@ std::string ptr_str(const void* p) {
   return buf;
 }
 
-// Checks a packed weight against the layout it claims and fills the kernel arguments.
-Status make_args(const PackedWeight& w, const void* w_dev, const std::string& f, Args& a, L::Geometry& g) {
+// Checks a packed weight against the layout it claims; fills its Mat (not y, item0) and the shape.
+Status make_mat(const PackedWeight& w, const void* w_dev, const std::string& f, Mat& mt, Geo& geo) {
   using detail::bad_arg;
   if (w.layout != kLayoutGemv)
     return bad_arg(f + "layout " + std::to_string(w.layout) + " is not the GEMV layout (pack_gemv)");
   const Status sup = gemv_supports(w.fmt, w.n_out, w.n_in);
   if (!sup.is_ok()) return sup;
-  g = L::geometry(w.fmt, w.n_out, w.n_in, w.has_perm);
+  const L::Geometry g = L::geometry(w.fmt, w.n_out, w.n_in, w.has_perm);
   if (w.section[0] != g.codes || w.section[1] != g.hi || w.section[2] != g.recs || w.section[3] != g.perm ||
       w.bytes != g.bytes)
     return bad_arg(f + "the descriptor's sections / size (" + std::to_string(w.bytes) +
@@ -399,56 +554,90 @@ Status make_args(const PackedWeight& w, const void* w_dev, const std::string& f,
   if (w_dev == nullptr || !aligned(w_dev, 16))
     return bad_arg(f + "w_dev = " + ptr_str(w_dev) + " is null or not 16-byte aligned");
   const auto* base = static_cast<const uint8_t*>(w_dev);
-  a.codes = reinterpret_cast<const uint4*>(base + g.codes);
-  a.hi = reinterpret_cast<const uint2*>(base + g.hi);
-  a.recs = reinterpret_cast<const uint32_t*>(base + g.recs);
-  a.perm = w.has_perm ? reinterpret_cast<const int32_t*>(base + g.perm) : nullptr;
-  a.n_out = w.n_out;
-  a.n_in = static_cast<int>(w.n_in);
-  a.chunks = static_cast<int>(g.chunks);
-  a.groups = static_cast<int>(g.groups);
-  a.units = static_cast<int>(g.units);
+  mt.codes = reinterpret_cast<const uint4*>(base + g.codes);
+  mt.hi = reinterpret_cast<const uint2*>(base + g.hi);
+  mt.recs = reinterpret_cast<const uint32_t*>(base + g.recs);
+  mt.perm = w.has_perm ? reinterpret_cast<const int32_t*>(base + g.perm) : nullptr;
+  mt.n_out = w.n_out;
+  geo.n_in = static_cast<int>(w.n_in);
+  geo.chunks = static_cast<int>(g.chunks);
+  geo.groups = static_cast<int>(g.groups);
+  geo.units = static_cast<int>(g.units);
   const uint64_t bpg = static_cast<uint64_t>(w.fmt.group / 32);
-  a.gmagic = bpg == 1 ? 0u : static_cast<uint32_t>(((uint64_t{1} << 32) + bpg - 1) / bpg);
+  geo.gmagic = bpg == 1 ? 0u : static_cast<uint32_t>(((uint64_t{1} << 32) + bpg - 1) / bpg);
   return Status::ok();
 }
 
-// Largest dynamic shared memory a block may ask for on the current device.
-int64_t smem_optin() {
-  int dev = 0, v = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
-                                                 cudaSuccess)
-    return 48 * 1024;
-  return v;
+// Device properties read once per device (SM count, shared memory a block may opt in to).
+struct DeviceProps {
+  int sms = 132;
+  int64_t smem_optin = 48 * 1024;
+};
+DeviceProps device_props() {
+  static DeviceProps cache[16];
+  static bool seen[16] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 16) return {};
+  if (!seen[dev]) {
+    int sms = 0, optin = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0)
+      cache[dev].sms = sms;
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess && optin > 0)
+      cache[dev].smem_optin = optin;
+    seen[dev] = true;
+  }
+  return cache[dev];
 }
 
-template <int BITS, int M, bool PERM>
-Status launch(const Args& a, const StoreEpi& epi, int64_t tiles, Stream s) {
-  auto* kernel = gemv_kernel<BITS, M, PERM, StoreEpi>;
-  const size_t smem = PERM ? static_cast<size_t>(a.m) * a.n_in * sizeof(float) : 0;
-  if (PERM &&  // static (<= 16 KiB) + dynamic may pass the 48 KiB granted without asking
+// The k-split of `items` items of `chunks` chunks of `cols` columns: about kBlocksPerSm blocks per
+// SM and staged ranges of about 1024 columns, while every warp keeps at least one full batch
+// (`loads` chunks). Depends on the shape and the device only. (Capping the blocks at one wave
+// measured slower.)
+struct Split {
+  int ks, cpw;
+};
+Split pick_split(int64_t items, int chunks, int cols, int loads, int sms) {
+  const int64_t max_ks = std::max<int64_t>(1, chunks / (kWarps * loads));
+  static const int per_sm = [] {  // LITHE_GEMV_BLOCKS_PER_SM: a tuning knob for benchmarks
+    const char* e = std::getenv("LITHE_GEMV_BLOCKS_PER_SM");
+    const int v = e != nullptr ? std::atoi(e) : 0;
+    return v > 0 ? v : kBlocksPerSm;
+  }();
+  const int64_t want = std::max<int64_t>(detail::ceil_div(int64_t{per_sm} * sms, items),
+                                         detail::ceil_div(int64_t{chunks} * cols, 1024));
+  Split sp;
+  sp.ks = static_cast<int>(std::clamp<int64_t>(want, 1, max_ks));
+  sp.cpw = static_cast<int>(detail::ceil_div(chunks, int64_t{kWarps} * sp.ks));
+  sp.ks = static_cast<int>(detail::ceil_div(chunks, int64_t{kWarps} * sp.cpw));  // no empty blocks
+  return sp;
+}
+
+int64_t scratch_floats(int64_t items, const Split& sp, int R) { return items * sp.ks * (R * kMaxM * 32 + kMaxM); }
+
+template <int BITS, int M, int R, bool PERM>
+Status launch(const Args& a, Stream s) {
+  auto* kernel = gemv_kernel<BITS, M, R, PERM>;
+  const size_t smem = static_cast<size_t>(a.m) * kWarps * a.cpw * Codec<BITS>::kCols * sizeof(float);
+  if (smem + 17 * 1024 > 48 * 1024 &&  // (the static part is at most 17 KiB)
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess)
     return detail::launched("gq gemv_kernel (shared memory size)");
-  detail::launch_pdl(kernel, dim3(static_cast<unsigned>(tiles)), dim3(kThreads), smem, s, a, epi);
+  detail::launch_pdl(kernel, dim3(static_cast<unsigned>(a.items * a.ks)), dim3(kThreads), smem, s, a);
   return detail::launched("gq gemv_kernel");
 }
 
-template <int BITS, bool PERM>
-Status launch_m(const Args& a, const StoreEpi& epi, int64_t tiles, Stream s) {
-  if (a.m == 1) return launch<BITS, 1, PERM>(a, epi, tiles, s);
-  if (a.m == 2) return launch<BITS, 2, PERM>(a, epi, tiles, s);
-  if (a.m <= 4) return launch<BITS, 4, PERM>(a, epi, tiles, s);
-  return launch<BITS, 8, PERM>(a, epi, tiles, s);
+template <int BITS, int R, bool PERM>
+Status launch_m(const Args& a, Stream s) {
+  if (a.m == 1) return launch<BITS, 1, R, PERM>(a, s);
+  if (a.m == 2) return launch<BITS, 2, R, PERM>(a, s);
+  if (a.m <= 4) return launch<BITS, 4, R, PERM>(a, s);
+  return launch<BITS, 8, R, PERM>(a, s);
 }
 
-template <bool PERM>
-Status launch_bits(int bits, const Args& a, const StoreEpi& epi, int64_t tiles, Stream s) {
-  switch (bits) {
-    case 2: return launch_m<2, PERM>(a, epi, tiles, s);
-    case 3: return launch_m<3, PERM>(a, epi, tiles, s);
-    case 4: return launch_m<4, PERM>(a, epi, tiles, s);
-    default: return launch_m<8, PERM>(a, epi, tiles, s);
-  }
+template <int BITS>
+Status launch_kind(const Args& a, Stream s) {
+  if (a.epi == Epilogue::swiglu) return launch_m<BITS, 2, false>(a, s);
+  if (a.mat[0].perm != nullptr) return launch_m<BITS, 1, true>(a, s);
+  return launch_m<BITS, 1, false>(a, s);
 }
 
 // Whether [a, a + na) and [b, b + nb) (bytes) share memory.
@@ -457,56 +646,142 @@ bool overlap(const void* a, int64_t na, const void* b, int64_t nb) {
   return pa < pb + static_cast<uintptr_t>(nb) && pb < pa + static_cast<uintptr_t>(na);
 }
 
+// Items of a launch (swiglu: the gate's tiles) and its split.
+struct Plan {
+  int64_t items = 0;
+  Split split{1, 1};
+  int R = 1;
+};
+Plan plan_of(const GemvOut* outs, int n_outs, Epilogue e) {
+  Plan p;
+  p.R = e == Epilogue::swiglu ? 2 : 1;
+  const int n = e == Epilogue::swiglu ? 1 : n_outs;
+  for (int j = 0; j < n; ++j) p.items += detail::ceil_div(outs[j].w->n_out, L::kTileRows);
+  const PackedWeight& w = *outs[0].w;
+  const L::Geometry g = L::geometry(w.fmt, w.n_out, w.n_in, w.has_perm);
+  p.split = pick_split(p.items, static_cast<int>(g.chunks), L::chunk_cols(w.fmt.bits), loads_of(w.fmt.bits),
+                       device_props().sms);
+  return p;
+}
+
 }  // namespace
 
-Status gemv_linear(const PackedWeight& w, const void* w_dev, const float* x, int64_t m, float* y, bool accumulate,
-                   Stream s) {
+int64_t gemv_scratch_bytes(const GemvOut* outs, int n_outs, Epilogue e) {
+  if (outs == nullptr || n_outs < 1 || n_outs > 3) return 0;
+  for (int j = 0; j < n_outs; ++j)
+    if (outs[j].w == nullptr) return 0;
+  const Plan p = plan_of(outs, n_outs, e);
+  if (p.split.ks == 1) return 0;
+  const int64_t counters = (p.items * 4 + 255) / 256 * 256;
+  return counters + scratch_floats(p.items, p.split, p.R) * 4;
+}
+
+Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue e, void* scratch,
+            int64_t scratch_bytes, Stream s, const MatvecNorm& norm) {
   using detail::bad_arg;
-  const std::string f = "gemv_linear [" + std::to_string(w.n_out) + " x " + std::to_string(w.n_in) + "]: ";
+  std::string f = "gemv: ";
+  if (outs == nullptr || n_outs < 1 || n_outs > 3)
+    return bad_arg(f + "n_outs = " + std::to_string(n_outs) + " is not in 1..3 (or outs is null)");
+  if (e != Epilogue::store && e != Epilogue::accumulate && e != Epilogue::swiglu)
+    return bad_arg(f + "epilogue " + std::to_string(static_cast<int>(e)) + " is not store, accumulate or swiglu");
+  if (e == Epilogue::swiglu && n_outs != 2)
+    return bad_arg(f + "swiglu needs exactly 2 matrices (gate, up), got n_outs = " + std::to_string(n_outs));
   Args a{};
-  L::Geometry g;
-  LITHE_TRY(make_args(w, w_dev, f, a, g));
+  for (int j = 0; j < n_outs; ++j) {
+    if (outs[j].w == nullptr) return bad_arg(f + "outs[" + std::to_string(j) + "].w is null");
+    const PackedWeight& w = *outs[j].w;
+    const std::string fj = "gemv [" + std::to_string(w.n_out) + " x " + std::to_string(w.n_in) + "]: ";
+    Geo geo{};
+    LITHE_TRY(make_mat(w, outs[j].w_dev, fj, a.mat[j], geo));
+    if (j == 0) {
+      a.g = geo;
+      f = fj;
+    } else if (w.fmt.bits != outs[0].w->fmt.bits || w.fmt.group != outs[0].w->fmt.group || w.n_in != outs[0].w->n_in ||
+               w.has_perm != outs[0].w->has_perm) {
+      return bad_arg(fj + "fused matrices differ in format, n_in or act-order from outs[0] (" +
+                     format_name(outs[0].w->fmt, outs[0].w->n_in) + ", n_in " + std::to_string(outs[0].w->n_in) + ")");
+    }
+  }
+  const int64_t n_in = outs[0].w->n_in;
+  if (e == Epilogue::swiglu && (outs[0].w->n_out != outs[1].w->n_out || outs[0].w->has_perm))
+    return bad_arg(f + "swiglu needs gate and up of equal n_out without act-order, got " +
+                   std::to_string(outs[0].w->n_out) + " and " + std::to_string(outs[1].w->n_out) +
+                   (outs[0].w->has_perm ? " (act-order)" : ""));
   if (m < 1 || m > kGemvMaxRows)
     return bad_arg(f + "m = " + std::to_string(m) + " is not in 1.." + std::to_string(kGemvMaxRows));
-  if (x == nullptr || !aligned(x, 16)) return bad_arg(f + "x = " + ptr_str(x) + " is null or not 16-byte aligned");
-  if (y == nullptr || !aligned(y, alignof(float)))
-    return bad_arg(f + "y = " + ptr_str(y) + " is null or not 4-byte aligned");
-  if (overlap(y, m * w.n_out * 4, x, m * w.n_in * 4)) return bad_arg(f + "y overlaps x");
-  if (!w.has_perm) {
-    a.x = x;
-    a.m = static_cast<int>(m);
-    return launch_bits<false>(w.fmt.bits, a, StoreEpi{y, w.n_out, accumulate}, g.tiles, s);
+  if (x == nullptr || !aligned(x, 4)) return bad_arg(f + "x = " + ptr_str(x) + " is null or not 4-byte aligned");
+  if (norm.w != nullptr && !(norm.eps >= 0.0f))
+    return bad_arg(f + "norm.eps = " + std::to_string(norm.eps) + " must be >= 0");
+  const int n_y = e == Epilogue::swiglu ? 1 : n_outs;
+  for (int j = 0; j < n_y; ++j) {
+    float* y = outs[j].y;
+    const int64_t n_out = outs[j].w->n_out;
+    const std::string name = "outs[" + std::to_string(j) + "].y";
+    if (y == nullptr || !aligned(y, alignof(float))) return bad_arg(f + name + " = " + ptr_str(y) + " is null or not 4-byte aligned");
+    if (overlap(y, m * n_out * 4, x, m * n_in * 4)) return bad_arg(f + name + " overlaps x");
+    for (int k = 0; k < j; ++k)
+      if (overlap(y, m * n_out * 4, outs[k].y, m * outs[k].w->n_out * 4))
+        return bad_arg(f + name + " overlaps outs[" + std::to_string(k) + "].y");
+    a.mat[j].y = y;
   }
-  // Act-order: x gathered into shared memory, as many rows per launch as fit (the static part of
-  // the block's shared memory is at most 16 KiB); more launches read the weights again.
-  const int64_t rows_fit = (smem_optin() - 16 * 1024) / (w.n_in * 4);
-  if (rows_fit < 1)
-    return Status(StatusCode::unsupported, f + "act-order needs n_in * 4 = " + std::to_string(w.n_in * 4) +
+  const Plan p = plan_of(outs, n_outs, e);
+  int64_t item0 = 0;
+  for (int j = 0; j < n_outs; ++j) {
+    a.mat[j].item0 = e == Epilogue::swiglu ? 0 : item0;
+    item0 += detail::ceil_div(outs[j].w->n_out, L::kTileRows);
+  }
+  const int64_t need = gemv_scratch_bytes(outs, n_outs, e);
+  if (need > 0 && (scratch == nullptr || scratch_bytes < need || !aligned(scratch, 256)))
+    return bad_arg(f + "scratch " + ptr_str(scratch) + " of " + std::to_string(scratch_bytes) + " bytes: needs " +
+                   std::to_string(need) + " bytes, 256-byte aligned and zeroed (gemv_scratch_bytes)");
+  const int cols = L::chunk_cols(outs[0].w->fmt.bits);
+  const int64_t smem = m * kWarps * p.split.cpw * cols * 4;
+  if (smem + 17 * 1024 > device_props().smem_optin)
+    return Status(StatusCode::unsupported, f + "m = " + std::to_string(m) + " needs " + std::to_string(smem) +
                                                " bytes of shared memory per block, more than this device has");
-  for (int64_t r0 = 0; r0 < m; r0 += rows_fit) {
-    a.x = x + r0 * w.n_in;
-    a.m = static_cast<int>(std::min(rows_fit, m - r0));
-    LITHE_TRY(launch_bits<true>(w.fmt.bits, a, StoreEpi{y + r0 * w.n_out, w.n_out, accumulate}, g.tiles, s));
+  a.n_mats = n_outs;
+  a.items = p.items;
+  a.ks = p.split.ks;
+  a.cpw = p.split.cpw;
+  a.x = x;
+  a.norm = norm.w;
+  a.eps = norm.eps;
+  a.m = static_cast<int>(m);
+  a.epi = e;
+  if (need > 0) {
+    a.counters = static_cast<unsigned*>(scratch);
+    a.partial = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + (p.items * 4 + 255) / 256 * 256);
   }
-  return Status::ok();
+  switch (outs[0].w->fmt.bits) {
+    case 2: return launch_kind<2>(a, s);
+    case 3: return launch_kind<3>(a, s);
+    case 4: return launch_kind<4>(a, s);
+    default: return launch_kind<8>(a, s);
+  }
+}
+
+Status gemv_linear(const PackedWeight& w, const void* w_dev, const float* x, int64_t m, float* y, bool accumulate,
+                   void* scratch, int64_t scratch_bytes, Stream s) {
+  const GemvOut out{&w, w_dev, y};
+  return gemv(&out, 1, x, m, accumulate ? Epilogue::accumulate : Epilogue::store, scratch, scratch_bytes, s);
 }
 
 Status gemv_dequantize_f16(const PackedWeight& w, const void* w_dev, void* out, Stream s) {
   using detail::bad_arg;
   const std::string f = "gemv_dequantize_f16 [" + std::to_string(w.n_out) + " x " + std::to_string(w.n_in) + "]: ";
-  Args a{};
-  L::Geometry g;
-  LITHE_TRY(make_args(w, w_dev, f, a, g));
+  Mat mt;
+  Geo g{};
+  LITHE_TRY(make_mat(w, w_dev, f, mt, g));
   if (out == nullptr || !aligned(out, 16))
     return bad_arg(f + "out = " + ptr_str(out) + " is null or not 16-byte aligned");
-  const int64_t slots = g.tiles * g.chunks * L::kTileRows;
+  const int64_t slots = detail::ceil_div(w.n_out, L::kTileRows) * g.chunks * L::kTileRows;
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(detail::ceil_div(slots, 256), 8192))), block(256);
   auto* o = static_cast<__half*>(out);
   switch (w.fmt.bits) {
-    case 2: dequant_kernel<2><<<grid, block, 0, s>>>(a, slots, o); break;
-    case 3: dequant_kernel<3><<<grid, block, 0, s>>>(a, slots, o); break;
-    case 4: dequant_kernel<4><<<grid, block, 0, s>>>(a, slots, o); break;
-    default: dequant_kernel<8><<<grid, block, 0, s>>>(a, slots, o); break;
+    case 2: dequant_kernel<2><<<grid, block, 0, s>>>(mt, g, slots, o); break;
+    case 3: dequant_kernel<3><<<grid, block, 0, s>>>(mt, g, slots, o); break;
+    case 4: dequant_kernel<4><<<grid, block, 0, s>>>(mt, g, slots, o); break;
+    default: dequant_kernel<8><<<grid, block, 0, s>>>(mt, g, slots, o); break;
   }
   return detail::launched("gq dequant_kernel");
 }

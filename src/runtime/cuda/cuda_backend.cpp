@@ -82,6 +82,22 @@ bool matvec_path(const Tensor& w, int64_t m) { return w.dtype() != DType::gq && 
 bool norm_folds(const Tensor& w, int64_t m, const Tensor& x) {
   return matvec_path(w, m) && reinterpret_cast<uintptr_t>(x.data()) % 16 == 0;
 }
+// Whether gq weights ws run as one launch of the GEMV kernel with epilogue e (and a folded norm):
+// m <= 8, all in the GEMV layout with one format, n_in and act-order; swiglu: gate and up of equal
+// n_out without act-order.
+bool gemv_fuses(std::span<const Tensor* const> ws, int64_t m, cuda::Epilogue e) {
+  if (m > cuda::kGemvMaxRows || ws.empty() || ws.size() > 3) return false;
+  const PackedWeight* p0 = ws[0]->packed();
+  for (const Tensor* w : ws) {
+    const PackedWeight* p = w->packed();
+    if (w->dtype() != DType::gq || p == nullptr || w->device() != Device::cuda || p->layout != cuda::kLayoutGemv ||
+        p->fmt.bits != p0->fmt.bits || p->fmt.group != p0->fmt.group || p->n_in != p0->n_in ||
+        p->has_perm != p0->has_perm)
+      return false;
+  }
+  if (e == cuda::Epilogue::swiglu) return ws.size() == 2 && !p0->has_perm && ws[1]->packed()->n_out == p0->n_out;
+  return e == cuda::Epilogue::store || e == cuda::Epilogue::accumulate;
+}
 
 // The layout a gq matrix gets on the GPU. Default: the GEMV layout (batch <= 8 in its own kernel,
 // larger batches through a dense f16 copy and cuBLAS), which measured faster end to end than the
@@ -125,7 +141,7 @@ class CudaBackend final : public Backend {
     LITHE_TRY(check_blas(cublasSetWorkspace(b->blas_, ws, 32u << 20), "cublasSetWorkspace"));
     b->steps_ = std::make_unique<StepGraph>(b->stream_);
     for (Scratch* sc : {&b->blas_ws_, &b->x16_, &b->attn_ws_, &b->topk_vals_, &b->topk_ids_, &b->keys_, &b->marlin_ws_,
-                        &b->w16_})
+                        &b->w16_, &b->gemv_ws_})
       sc->steps = b->steps_.get();
     return std::unique_ptr<Backend>(std::move(b));
   }
@@ -181,7 +197,8 @@ class CudaBackend final : public Backend {
   Status linear_many(std::span<const Tensor* const> ws, const Tensor& x, int64_t m, std::span<Tensor*> ys) override {
     if (ws.size() != ys.size() || ws.empty())
       return error(StatusCode::invalid_argument, "linear_many: {} weights but {} outputs", ws.size(), ys.size());
-    if (m <= cuda::kMatvecMaxRows && ws.size() <= 3 && ws[0]->dtype() != DType::gq)
+    if ((m <= cuda::kMatvecMaxRows && ws.size() <= 3 && ws[0]->dtype() != DType::gq) ||
+        gemv_fuses(ws, m, cuda::Epilogue::store))
       return project(ws, ys, x, m, cuda::Epilogue::store);
     for (size_t j = 0; j < ws.size(); ++j) LITHE_TRY(linear(*ws[j], x, m, *ys[j]));
     return Status::ok();
@@ -196,7 +213,8 @@ class CudaBackend final : public Backend {
                 Tensor& up) override {
     const Tensor* ws[] = {&w_gate, &w_up};
     Tensor* ys[] = {&gate, &up};
-    if (matvec_path(w_gate, m)) return project(ws, ys, x, m, cuda::Epilogue::swiglu);
+    if (matvec_path(w_gate, m) || gemv_fuses(ws, m, cuda::Epilogue::swiglu))
+      return project(ws, ys, x, m, cuda::Epilogue::swiglu);
     LITHE_TRY(project(std::span<const Tensor* const>(ws, 1), std::span<Tensor*>(ys, 1), x, m, cuda::Epilogue::store));
     LITHE_TRY(project(std::span<const Tensor* const>(ws + 1, 1), std::span<Tensor*>(ys + 1, 1), x, m,
                       cuda::Epilogue::store));
@@ -208,14 +226,16 @@ class CudaBackend final : public Backend {
     if (ws.size() != ys.size() || ws.empty())
       return error(StatusCode::invalid_argument, "rmsnorm_linear_many: {} weights but {} outputs", ws.size(),
                    ys.size());
-    if (ws.size() <= 3 && norm_folds(*ws[0], m, x)) return project(ws, ys, x, m, cuda::Epilogue::store, &norm);
+    if ((ws.size() <= 3 && norm_folds(*ws[0], m, x)) || gemv_fuses(ws, m, cuda::Epilogue::store))
+      return project(ws, ys, x, m, cuda::Epilogue::store, &norm);
     return Backend::rmsnorm_linear_many(norm, ws, x, m, ys);
   }
   Status rmsnorm_swiglu(const InputNorm& norm, const Tensor& w_gate, const Tensor& w_up, const Tensor& x, int64_t m,
                         Tensor& gate, Tensor& up) override {
     const Tensor* ws[] = {&w_gate, &w_up};
     Tensor* ys[] = {&gate, &up};
-    if (norm_folds(w_gate, m, x)) return project(ws, ys, x, m, cuda::Epilogue::swiglu, &norm);
+    if (norm_folds(w_gate, m, x) || gemv_fuses(ws, m, cuda::Epilogue::swiglu))
+      return project(ws, ys, x, m, cuda::Epilogue::swiglu, &norm);
     return Backend::rmsnorm_swiglu(norm, w_gate, w_up, x, m, gate, up);
   }
 
@@ -377,9 +397,10 @@ class CudaBackend final : public Backend {
         return error(StatusCode::invalid_argument, "rmsnorm + linear: expected a cuda f32 norm weight of {} values, "
                      "got {}", n_in, nw.describe());
       LITHE_TRY(check_act(*norm->scratch, m, n_in, "rmsnorm scratch"));
-      if (!matvec_path(*ws[0], m)) return error(StatusCode::internal, "a folded rmsnorm reached the GEMM path");
+      if (!matvec_path(*ws[0], m) && !gemv_fuses(ws, m, e))
+        return error(StatusCode::internal, "a folded rmsnorm reached the GEMM path");
     }
-    if (ws[0]->dtype() == DType::gq) return project_gq(ws, ys, x, m, e);
+    if (ws[0]->dtype() == DType::gq) return project_gq(ws, ys, x, m, e, norm);
     LITHE_ASSIGN(cuda::WeightType wt, weight_type(*ws[0]));
     for (size_t j = 0; j < ws.size(); ++j) {
       LITHE_TRY(check_weight(*ws[j], "linear weight"));
@@ -404,12 +425,29 @@ class CudaBackend final : public Backend {
     return Status::ok();
   }
 
-  // project() for gq weights (store or accumulate), one matrix at a time: the Marlin-class GEMM,
-  // or the GEMV kernel for m <= 8, or (GEMV layout, larger m) a dense f16 copy and cuBLAS.
+  // project() for gq weights: one GEMV launch for all of ws where gemv_fuses (m <= 8; the
+  // epilogue and a folded norm included); otherwise (store or accumulate) one matrix at a time: the
+  // Marlin-class GEMM, or the GEMV kernel, or (GEMV layout, larger m) a dense f16 copy and cuBLAS.
   Status project_gq(std::span<const Tensor* const> ws, std::span<Tensor*> ys, const Tensor& x, int64_t m,
-                    cuda::Epilogue e) {
-    if (e != cuda::Epilogue::store && e != cuda::Epilogue::accumulate)
-      return error(StatusCode::internal, "gq weights reached a fused matvec epilogue");
+                    cuda::Epilogue e, const InputNorm* norm) {
+    if (gemv_fuses(ws, m, e)) {
+      cuda::GemvOut outs[3];
+      for (size_t j = 0; j < ws.size(); ++j) {
+        const PackedWeight* p = ws[j]->packed();
+        LITHE_TRY(check_act(x, m, p->n_in, "linear input"));
+        if (e != cuda::Epilogue::swiglu || j == 0) LITHE_TRY(check_act(*ys[j], m, p->n_out, "linear output"));
+        outs[j] = {p, ws[j]->data(), ys[j]->data_as<float>()};
+      }
+      const int n = static_cast<int>(ws.size());
+      const int64_t bytes = cuda::gemv_scratch_bytes(outs, n, e);
+      LITHE_ASSIGN(void* scratch, gemv_ws_.get(static_cast<size_t>(bytes), stream_));  // counters start at zero
+      if (steps_->replaying()) return Status::ok();
+      cuda::MatvecNorm mn;
+      if (norm != nullptr) mn = {norm->weight->data_as<float>(), norm->eps};
+      return cuda::gemv(outs, n, x.data_as<float>(), m, e, scratch, bytes, stream_, mn);
+    }
+    if ((e != cuda::Epilogue::store && e != cuda::Epilogue::accumulate) || norm != nullptr)
+      return error(StatusCode::internal, "gq weights reached a fused epilogue or norm their kernel cannot run");
     const bool acc = e == cuda::Epilogue::accumulate;
     for (size_t j = 0; j < ws.size(); ++j) {
       const Tensor& w = *ws[j];
@@ -425,8 +463,11 @@ class CudaBackend final : public Backend {
         if (steps_->replaying()) continue;
         LITHE_TRY(cuda::marlin_linear(*p, w.data(), x.data_as<float>(), m, y, acc, ws_mem, bytes, stream_));
       } else if (m <= cuda::kGemvMaxRows) {
+        const cuda::GemvOut out{p, w.data(), y};
+        const int64_t bytes = cuda::gemv_scratch_bytes(&out, 1, e);
+        LITHE_ASSIGN(void* scratch, gemv_ws_.get(static_cast<size_t>(bytes), stream_));
         if (steps_->replaying()) continue;
-        LITHE_TRY(cuda::gemv_linear(*p, w.data(), x.data_as<float>(), m, y, acc, stream_));
+        LITHE_TRY(cuda::gemv_linear(*p, w.data(), x.data_as<float>(), m, y, acc, scratch, bytes, stream_));
       } else {
         LITHE_ASSIGN(void* w16, w16_.get(static_cast<size_t>(p->n_out * p->n_in) * 2));
         if (steps_->replaying()) continue;
@@ -596,6 +637,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<StepGraph> steps_;
   Scratch blas_ws_, x16_, attn_ws_, topk_vals_, topk_ids_, keys_;
   Scratch marlin_ws_, w16_;  // gq: the Marlin GEMM's f16 activations and locks; GEMV weights expanded to f16
+  Scratch gemv_ws_;          // gq: the GEMV k-split's partial sums and counters (zeroed when allocated)
   std::map<const cpu::RopeTable*, Tensor> rope_;
 };
 

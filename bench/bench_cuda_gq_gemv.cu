@@ -223,28 +223,35 @@ void bench_layer(Bench& c, const Format& fm, const std::vector<int>& ms) {
     upload_uniform(x, mmax * ff, 7);
   }
   const cuda::MatvecNorm norm{g, 1e-5f};
-  auto outs = [&](int i, std::initializer_list<std::pair<int, float*>> list) {
-    std::vector<cuda::GemvOut> o;
-    for (const auto& [idx, y] : list) o.push_back({&ph[idx].desc, pw[idx].p[i % copies], y});
-    return o;
+  // The layer's 4 launches for each weight copy, built once: (matrices, input, epilogue, norm).
+  struct Launch {
+    std::vector<cuda::GemvOut> outs;
+    const float* x;
+    cuda::Epilogue e;
+    bool norm;
   };
-  std::vector<std::pair<std::vector<cuda::GemvOut>, cuda::Epilogue>> launches = {
-      {outs(0, {{0, q}, {1, k}, {2, v}}), cuda::Epilogue::store},
-      {outs(0, {{3, res}}), cuda::Epilogue::accumulate},
-      {outs(0, {{4, h}, {5, u}}), cuda::Epilogue::swiglu},
-      {outs(0, {{6, res}}), cuda::Epilogue::accumulate}};
+  std::vector<std::vector<Launch>> layer(static_cast<size_t>(copies));
+  for (int i = 0; i < copies; ++i) {
+    auto outs = [&](std::initializer_list<std::pair<int, float*>> list) {
+      std::vector<cuda::GemvOut> o;
+      for (const auto& [idx, y] : list) o.push_back({&ph[idx].desc, pw[idx].p[i], y});
+      return o;
+    };
+    layer[i] = {{outs({{0, q}, {1, k}, {2, v}}), x, cuda::Epilogue::store, true},
+                {outs({{3, res}}), q, cuda::Epilogue::accumulate, false},
+                {outs({{4, h}, {5, u}}), res, cuda::Epilogue::swiglu, true},
+                {outs({{6, res}}), h, cuda::Epilogue::accumulate, false}};
+  }
   int64_t sbytes = 0;
-  for (const auto& [o, e] : launches) sbytes = std::max(sbytes, cuda::gemv_scratch_bytes(o.data(), int(o.size()), e));
+  for (const Launch& l : layer[0])
+    sbytes = std::max(sbytes, cuda::gemv_scratch_bytes(l.outs.data(), static_cast<int>(l.outs.size()), l.e));
   void* scr = zeroed(sbytes);
   for (int m : ms) {
     const double gq_us = time_us(
         [&](int i) {
-          const auto qkv = outs(i, {{0, q}, {1, k}, {2, v}}), o = outs(i, {{3, res}}), gu = outs(i, {{4, h}, {5, u}}),
-                     dn = outs(i, {{6, res}});
-          CK(cuda::gemv(qkv.data(), 3, x, m, cuda::Epilogue::store, scr, sbytes, c.s, norm));
-          CK(cuda::gemv(o.data(), 1, q, m, cuda::Epilogue::accumulate, scr, sbytes, c.s));
-          CK(cuda::gemv(gu.data(), 2, res, m, cuda::Epilogue::swiglu, scr, sbytes, c.s, norm));
-          CK(cuda::gemv(dn.data(), 1, h, m, cuda::Epilogue::accumulate, scr, sbytes, c.s));
+          for (const Launch& l : layer[static_cast<size_t>(i % copies)])
+            CK(cuda::gemv(l.outs.data(), static_cast<int>(l.outs.size()), l.x, m, l.e, scr, sbytes, c.s,
+                          l.norm ? norm : cuda::MatvecNorm{}));
         },
         c.reps, c.s);
     const double f16_us = time_us(

@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <random>
 #include <tuple>
+#include <vector>
 
 #include "lithe/core/file_util.h"
 #include "lithe/decode/generate.h"
@@ -264,6 +265,22 @@ TEST(CudaBackend, AttentionThroughCacheMatchesCpu) {
   }
 }
 
+// rmsnorm_linear_many over q/k/v = the first 3 of wc (cpu) and wg (cuda), into yc / yg; each
+// cuda output within tol of the cpu's.
+void expect_norm_qkv_match(Both& b, const InputNorm& nc, const InputNorm& ng, std::vector<Tensor>& wc,
+                           std::vector<Tensor>& wg, const Tensor& x, const Tensor& dx, int64_t m,
+                           std::vector<Tensor>& yc, std::vector<Tensor>& yg, double tol) {
+  const Tensor* wcs[] = {&wc[0], &wc[1], &wc[2]};
+  const Tensor* wgs[] = {&wg[0], &wg[1], &wg[2]};
+  Tensor* ycs[] = {&yc[0], &yc[1], &yc[2]};
+  Tensor* ygs[] = {&yg[0], &yg[1], &yg[2]};
+  ASSERT_TRUE(b.cpu->rmsnorm_linear_many(nc, wcs, x, m, ycs).is_ok());
+  const Status st = b.gpu->rmsnorm_linear_many(ng, wgs, dx, m, ygs);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  for (int j = 0; j < 3; ++j)
+    EXPECT_LE(rel_err(host_rows(*b.gpu, yg[j], m), host_rows(*b.cpu, yc[j], m)), tol) << "qkv " << j;
+}
+
 // rmsnorm_linear_many / rmsnorm_swiglu on cuda (norm folded into the matvec for m <= 8 and rows
 // of a multiple of 8; rmsnorm + GEMM otherwise) against the cpu's default composition, every
 // weight dtype; x (the residual stream) must come back unchanged.
@@ -293,22 +310,14 @@ TEST(CudaBackend, FoldedNormProjectionsMatchCpu) {
           yc.push_back(*b.cpu->alloc(DType::f32, {m, n_outs[j]}));
           yg.push_back(*b.gpu->alloc(DType::f32, {m, n_outs[j]}));
         }
-        const Tensor* wcs[] = {&wc[0], &wc[1], &wc[2]};
-        const Tensor* wgs[] = {&wg[0], &wg[1], &wg[2]};
-        Tensor* ycs[] = {&yc[0], &yc[1], &yc[2]};
-        Tensor* ygs[] = {&yg[0], &yg[1], &yg[2]};
-        ASSERT_TRUE(b.cpu->rmsnorm_linear_many(nc, wcs, x, m, ycs).is_ok());
-        Status st = b.gpu->rmsnorm_linear_many(ng, wgs, dx, m, ygs);
-        ASSERT_TRUE(st.is_ok()) << st.to_string();
-        for (int j = 0; j < 3; ++j)
-          EXPECT_LE(rel_err(host_rows(*b.gpu, yg[j], m), host_rows(*b.cpu, yc[j], m)), tol) << "qkv " << j;
+        ASSERT_NO_FATAL_FAILURE(expect_norm_qkv_match(b, nc, ng, wc, wg, x, dx, m, yc, yg, tol));
         // gate/up
         Tensor wgate = rand_host(dt, {ff, n_in}, seed++, 0.05f), wup = rand_host(dt, {ff, n_in}, seed++, 0.05f);
         Tensor dgate = *b.gpu->prepare_weight(wgate), dup = *b.gpu->prepare_weight(wup);
         auto gc = *b.cpu->alloc(DType::f32, {m, ff}), uc = *b.cpu->alloc(DType::f32, {m, ff});
         auto gg = *b.gpu->alloc(DType::f32, {m, ff}), ug = *b.gpu->alloc(DType::f32, {m, ff});
         ASSERT_TRUE(b.cpu->rmsnorm_swiglu(nc, wgate, wup, x, m, gc, uc).is_ok());
-        st = b.gpu->rmsnorm_swiglu(ng, dgate, dup, dx, m, gg, ug);
+        const Status st = b.gpu->rmsnorm_swiglu(ng, dgate, dup, dx, m, gg, ug);
         ASSERT_TRUE(st.is_ok()) << st.to_string();
         EXPECT_LE(rel_err(host_rows(*b.gpu, gg, m), host_rows(*b.cpu, gc, m)), tol) << "swiglu";
         // x untouched
@@ -362,17 +371,9 @@ TEST(CudaBackend, GqProjectionsMatchCpu) {
           yc.push_back(*b.cpu->alloc(DType::f32, {m, n}));
           yg.push_back(*b.gpu->alloc(DType::f32, {m, n}));
         }
-        const Tensor* wcs[] = {&wc[0], &wc[1], &wc[2]};
-        const Tensor* wgs[] = {&wg[0], &wg[1], &wg[2]};
-        Tensor* ycs[] = {&yc[0], &yc[1], &yc[2]};
-        Tensor* ygs[] = {&yg[0], &yg[1], &yg[2]};
-        ASSERT_TRUE(b.cpu->rmsnorm_linear_many(nc, wcs, x, m, ycs).is_ok());
-        Status st = b.gpu->rmsnorm_linear_many(ng, wgs, dx, m, ygs);
-        ASSERT_TRUE(st.is_ok()) << st.to_string();
-        for (int j = 0; j < 3; ++j)
-          EXPECT_LE(rel_err(host_rows(*b.gpu, yg[j], m), host_rows(*b.cpu, yc[j], m)), tol) << "qkv " << j;
+        ASSERT_NO_FATAL_FAILURE(expect_norm_qkv_match(b, nc, ng, wc, wg, x, dx, m, yc, yg, tol));
         ASSERT_TRUE(b.cpu->rmsnorm_swiglu(nc, wc[3], wc[4], x, m, yc[3], yc[4]).is_ok());
-        st = b.gpu->rmsnorm_swiglu(ng, wg[3], wg[4], dx, m, yg[3], yg[4]);
+        Status st = b.gpu->rmsnorm_swiglu(ng, wg[3], wg[4], dx, m, yg[3], yg[4]);
         ASSERT_TRUE(st.is_ok()) << st.to_string();
         EXPECT_LE(rel_err(host_rows(*b.gpu, yg[3], m), host_rows(*b.cpu, yc[3], m)), tol) << "swiglu";
         // o: accumulate into the residual (q's output as input, x as the residual)

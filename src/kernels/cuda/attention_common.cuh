@@ -7,7 +7,6 @@
 // seen yet"; ex2(-inf) = 0 takes care of the first rescale.
 #pragma once
 
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -77,41 +76,6 @@ __device__ __forceinline__ float ex2(float x) {
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-// Makes sure `kernel` may be launched with `need` bytes of dynamic shared memory: checks `need`
-// against the device's opt-in limit and, once per device (`done` remembers devices 0..63), raises
-// the kernel's limit to that maximum, so that concurrent callers never lower it under each other.
-template <typename Kernel>
-Status allow_smem(Kernel* kernel, std::atomic<uint64_t>& done, size_t need, const char* who) {
-  int dev = 0, limit = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();  // not sticky: keep it out of later launch checks
-    return Status(StatusCode::internal,
-                  std::string(who) + ": cannot read the shared memory limit: " + cudaGetErrorString(e));
-  }
-  // The opt-in limit covers static plus dynamic shared memory of one block.
-  cudaFuncAttributes attr{};
-  e = cudaFuncGetAttributes(&attr, kernel);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return Status(StatusCode::internal, std::string(who) + ": cudaFuncGetAttributes: " + cudaGetErrorString(e));
-  }
-  limit -= static_cast<int>(attr.sharedSizeBytes);
-  if (need > static_cast<size_t>(limit))
-    return bad_arg(std::string(who) + ": needs " + std::to_string(need) +
-                   " bytes of dynamic shared memory, the device allows " + std::to_string(limit));
-  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
-  if (bit != 0 && (done.load(std::memory_order_acquire) & bit) != 0) return Status::ok();
-  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return Status(StatusCode::internal, std::string(who) + ": cudaFuncSetAttribute: " + cudaGetErrorString(e));
-  }
-  done.fetch_or(bit, std::memory_order_release);
-  return Status::ok();
 }
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }

@@ -398,11 +398,8 @@ size_t work_bytes(const AttentionParams& p, int n_splits) {
 
 // SM count of the current device, or 0 (error cleared) when it cannot be read.
 int sm_count() {
-  int dev = 0, n = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-  if (e != cudaSuccess) (void)cudaGetLastError();
-  return e == cudaSuccess ? n : 0;
+  detail::DeviceFacts d;
+  return detail::device_facts(d).is_ok() ? d.sms : 0;
 }
 
 template <int D, typename KV>

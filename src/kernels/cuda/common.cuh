@@ -1,11 +1,13 @@
-// Shared by the CUDA kernel files: launch checking, argument errors, warp reductions and loads
-// of f16/bf16/f32 values as f32. Device-side helpers only; no kernels here.
+// Shared by the CUDA kernel files: launch checking, argument errors, pointer checks, per-device
+// facts, warp reductions, streaming loads and loads of f16/bf16/f32 values as f32. No kernels here.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -24,6 +26,56 @@ inline Status launched(const char* kernel) {
 inline Status bad_arg(const std::string& msg) { return Status(StatusCode::invalid_argument, msg); }
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Argument checks of the launchers: alignment, a pointer for messages, overlap of byte ranges.
+inline bool aligned(const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
+std::string ptr_str(const void* p);
+inline bool overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
+  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return pa < pb + static_cast<uintptr_t>(b_bytes) && pb < pa + static_cast<uintptr_t>(a_bytes);
+}
+
+// Facts of the current device, read once per device (device_info.cu): SM count, compute
+// capability major, opt-in shared memory per block. An error when the device cannot be read.
+struct DeviceFacts {
+  int sms = 0, major = 0, smem_optin = 0;
+};
+Status device_facts(DeviceFacts& out);
+
+// Makes sure `kernel` may be launched with `need` bytes of dynamic shared memory: checks `need`
+// against the device's opt-in limit and, once per device (`done` remembers devices 0..63), raises
+// the kernel's limit to that maximum, so that concurrent callers never lower it under each other.
+template <typename Kernel>
+Status allow_smem(Kernel* kernel, std::atomic<uint64_t>& done, size_t need, const char* who) {
+  int dev = 0, limit = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: keep it out of later launch checks
+    return Status(StatusCode::internal,
+                  std::string(who) + ": cannot read the shared memory limit: " + cudaGetErrorString(e));
+  }
+  // The opt-in limit covers static plus dynamic shared memory of one block.
+  cudaFuncAttributes attr{};
+  e = cudaFuncGetAttributes(&attr, kernel);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Status(StatusCode::internal, std::string(who) + ": cudaFuncGetAttributes: " + cudaGetErrorString(e));
+  }
+  limit -= static_cast<int>(attr.sharedSizeBytes);
+  if (need > static_cast<size_t>(limit))
+    return bad_arg(std::string(who) + ": needs " + std::to_string(need) +
+                   " bytes of dynamic shared memory, the device allows " + std::to_string(limit));
+  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
+  if (bit != 0 && (done.load(std::memory_order_acquire) & bit) != 0) return Status::ok();
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Status(StatusCode::internal, std::string(who) + ": cudaFuncSetAttribute: " + cudaGetErrorString(e));
+  }
+  done.fetch_or(bit, std::memory_order_release);
+  return Status::ok();
+}
 
 // ---- programmatic dependent launch (PDL, sm_90+) ---------------------------------------------------
 // The decode-step kernels are launched with launch_pdl(): with PDL on, on Hopper such a kernel may
@@ -66,6 +118,25 @@ __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
+}
+
+// 16-byte streaming load of read-only data (weights) that is not kept in L1; 8-byte likewise.
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint2 ld_stream(const uint2* p) {
+  uint2 v;
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
+// 1 / rms of a row from its sum of squares over n values (as rmsnorm_kernel): the folded norms.
+__device__ __forceinline__ float inv_rms_of(float ss, int n, float eps) {
+  return 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
 }
 
 __device__ __forceinline__ float warp_max(float v) {

@@ -1,6 +1,10 @@
-// Device query and a smoke kernel (affine on f32) used to check the CUDA build end to end.
+// Device query and a smoke kernel (affine on f32) used to check the CUDA build end to end; the
+// per-device facts and host helpers of common.cuh.
 #include <cuda_runtime.h>
 
+#include <array>
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -57,6 +61,41 @@ Status affine_f32(const Tensor& x, float a, float b, Tensor& out) {
 }
 
 namespace detail {
+std::string ptr_str(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  return buf;
+}
+
+Status device_facts(DeviceFacts& out) {
+  constexpr int kMaxDevices = 64;
+  static std::array<std::atomic<int>, kMaxDevices> sms{}, major{}, smem{};
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
+    (void)cudaGetLastError();
+    return Status(StatusCode::internal, std::string("cannot read the current device: ") +
+                                            (e != cudaSuccess ? cudaGetErrorString(e) : "device index out of range"));
+  }
+  if (sms[dev].load(std::memory_order_acquire) == 0) {
+    int a = 0, b = 0, c = 0;
+    e = cudaDeviceGetAttribute(&a, cudaDevAttrMultiProcessorCount, dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&b, cudaDevAttrComputeCapabilityMajor, dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&c, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return Status(StatusCode::internal, std::string("cannot read device attributes: ") + cudaGetErrorString(e));
+    }
+    major[dev].store(b, std::memory_order_relaxed);
+    smem[dev].store(c, std::memory_order_relaxed);
+    sms[dev].store(a, std::memory_order_release);
+  }
+  out.sms = sms[dev].load(std::memory_order_acquire);
+  out.major = major[dev].load(std::memory_order_relaxed);
+  out.smem_optin = smem[dev].load(std::memory_order_relaxed);
+  return Status::ok();
+}
+
 bool pdl_enabled() {
   // Off unless LITHE_PDL=1 (and the device is sm_90+). Side by side on the current decode step
   // (bench/cuda_decode_ab.sh, llama2-7b f16 tg at depth 512, 2026-11-21) it loses 3% on an H100

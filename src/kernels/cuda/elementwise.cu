@@ -22,7 +22,7 @@ constexpr int64_t kMaxGridY = 65535;    // rows per launch before the kernels lo
 constexpr int64_t kMaxGridX = 65535;    // grid-stride beyond this
 using detail::kRopeMaxHalf;
 
-bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+using detail::aligned;
 std::string num(int64_t v) { return std::to_string(v); }
 
 // ---- 4-wide loads and stores of f32 / f16 / bf16 as float4 --------------------------------------

@@ -33,6 +33,7 @@
 // uniform predicates, never stored) x {one tile, act-order, two tiles (swiglu)}, and one
 // dequantize kernel per bits.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -46,6 +47,11 @@ namespace lithe::cuda {
 namespace {
 
 namespace L = gemv_layout;
+using detail::aligned;
+using detail::inv_rms_of;
+using detail::ld_stream;
+using detail::overlap;
+using detail::ptr_str;
 
 constexpr int kWarps = 4;  // warps of a block, each on its own k-range of the block's item
 constexpr int kThreads = 32 * kWarps;
@@ -146,19 +152,6 @@ __device__ __forceinline__ float2 h2_to_f2(uint32_t h) {
       : "=f"(f.x), "=f"(f.y)
       : "r"(h));
   return f;
-}
-
-__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint2 ld_stream(const uint2* p) {
-  uint2 v;
-  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  return v;
 }
 
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int w) {
@@ -315,11 +308,6 @@ __device__ __forceinline__ void load_batch(const Geo& g, const Tiles<R>& t, int 
         }
       }
   }
-}
-
-// 1 / rms of a row from its sum of squares over n values (as rmsnorm_kernel).
-__device__ __forceinline__ float inv_rms_of(float ss, int n, float eps) {
-  return 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
 }
 
 // The epilogue of x row i for this lane's row of the item's tiles: v[r] the finished sums of tile r.
@@ -531,14 +519,6 @@ __global__ void __launch_bounds__(256) dequant_kernel(const Mat mt, const Geo g,
   }
 }
 
-bool aligned(const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
-
-std::string ptr_str(const void* p) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%p", p);
-  return buf;
-}
-
 // Checks a packed weight against the layout it claims; fills its Mat (not y, item0) and the shape.
 Status make_mat(const PackedWeight& w, const void* w_dev, const std::string& f, Mat& mt, Geo& geo) {
   using detail::bad_arg;
@@ -568,27 +548,6 @@ Status make_mat(const PackedWeight& w, const void* w_dev, const std::string& f, 
   return Status::ok();
 }
 
-// Device properties read once per device (SM count, shared memory a block may opt in to).
-struct DeviceProps {
-  int sms = 132;
-  int64_t smem_optin = 48 * 1024;
-};
-DeviceProps device_props() {
-  static DeviceProps cache[16];
-  static bool seen[16] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 16) return {};
-  if (!seen[dev]) {
-    int sms = 0, optin = 0;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0)
-      cache[dev].sms = sms;
-    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess && optin > 0)
-      cache[dev].smem_optin = optin;
-    seen[dev] = true;
-  }
-  return cache[dev];
-}
-
 // The k-split of `items` items of `chunks` chunks of `cols` columns: about kBlocksPerSm blocks per
 // SM and staged ranges of about 1024 columns, while every warp keeps at least one full batch
 // (`loads` chunks). Depends on the shape and the device only. (Capping the blocks at one wave
@@ -612,15 +571,12 @@ Split pick_split(int64_t items, int chunks, int cols, int loads, int sms) {
   return sp;
 }
 
-int64_t scratch_floats(int64_t items, const Split& sp, int R) { return items * sp.ks * (R * kMaxM * 32 + kMaxM); }
-
 template <int BITS, int M, int R, bool PERM>
 Status launch(const Args& a, Stream s) {
+  static std::atomic<uint64_t> opted{0};
   auto* kernel = gemv_kernel<BITS, M, R, PERM>;
   const size_t smem = static_cast<size_t>(a.m) * kWarps * a.cpw * Codec<BITS>::kCols * sizeof(float);
-  if (smem + 17 * 1024 > 48 * 1024 &&  // (the static part is at most 17 KiB)
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess)
-    return detail::launched("gq gemv_kernel (shared memory size)");
+  LITHE_TRY(detail::allow_smem(kernel, opted, smem, "gq gemv_kernel"));
   detail::launch_pdl(kernel, dim3(static_cast<unsigned>(a.items * a.ks)), dim3(kThreads), smem, s, a);
   return detail::launched("gq gemv_kernel");
 }
@@ -640,27 +596,24 @@ Status launch_kind(const Args& a, Stream s) {
   return launch_m<BITS, 1, false>(a, s);
 }
 
-// Whether [a, a + na) and [b, b + nb) (bytes) share memory.
-bool overlap(const void* a, int64_t na, const void* b, int64_t nb) {
-  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
-  return pa < pb + static_cast<uintptr_t>(nb) && pb < pa + static_cast<uintptr_t>(na);
-}
-
-// Items of a launch (swiglu: the gate's tiles) and its split.
+// Items of a launch (swiglu: the gate's tiles), its split and its scratch: [items] u32 counters
+// (padded to 256 bytes), then the partial sums (Args::partial); none when ks == 1.
 struct Plan {
   int64_t items = 0;
   Split split{1, 1};
-  int R = 1;
+  int64_t counter_bytes = 0, scratch_bytes = 0;
 };
-Plan plan_of(const GemvOut* outs, int n_outs, Epilogue e) {
+Plan plan_of(const GemvOut* outs, int n_outs, Epilogue e, int sms) {
   Plan p;
-  p.R = e == Epilogue::swiglu ? 2 : 1;
-  const int n = e == Epilogue::swiglu ? 1 : n_outs;
-  for (int j = 0; j < n; ++j) p.items += detail::ceil_div(outs[j].w->n_out, L::kTileRows);
+  const int R = e == Epilogue::swiglu ? 2 : 1;
+  for (int j = 0; j < (R == 2 ? 1 : n_outs); ++j) p.items += detail::ceil_div(outs[j].w->n_out, L::kTileRows);
   const PackedWeight& w = *outs[0].w;
   const L::Geometry g = L::geometry(w.fmt, w.n_out, w.n_in, w.has_perm);
-  p.split = pick_split(p.items, static_cast<int>(g.chunks), L::chunk_cols(w.fmt.bits), loads_of(w.fmt.bits),
-                       device_props().sms);
+  p.split = pick_split(p.items, static_cast<int>(g.chunks), L::chunk_cols(w.fmt.bits), loads_of(w.fmt.bits), sms);
+  if (p.split.ks > 1) {
+    p.counter_bytes = (p.items * 4 + 255) / 256 * 256;
+    p.scratch_bytes = p.counter_bytes + p.items * p.split.ks * (R * kMaxM * 32 + kMaxM) * 4;
+  }
   return p;
 }
 
@@ -670,10 +623,11 @@ int64_t gemv_scratch_bytes(const GemvOut* outs, int n_outs, Epilogue e) {
   if (outs == nullptr || n_outs < 1 || n_outs > 3) return 0;
   for (int j = 0; j < n_outs; ++j)
     if (outs[j].w == nullptr) return 0;
-  const Plan p = plan_of(outs, n_outs, e);
-  if (p.split.ks == 1) return 0;
-  const int64_t counters = (p.items * 4 + 255) / 256 * 256;
-  return counters + scratch_floats(p.items, p.split, p.R) * 4;
+  detail::DeviceFacts d;
+  // The scratch grows with the split, which grows with the SM count: an unreadable device gets the
+  // bound of a large one.
+  if (!detail::device_facts(d).is_ok()) d.sms = 1024;
+  return plan_of(outs, n_outs, e, d.sms).scratch_bytes;
 }
 
 Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue e, void* scratch,
@@ -724,21 +678,18 @@ Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue
         return bad_arg(f + name + " overlaps outs[" + std::to_string(k) + "].y");
     a.mat[j].y = y;
   }
-  const Plan p = plan_of(outs, n_outs, e);
+  detail::DeviceFacts d;
+  LITHE_TRY(detail::device_facts(d));
+  const Plan p = plan_of(outs, n_outs, e, d.sms);
   int64_t item0 = 0;
   for (int j = 0; j < n_outs; ++j) {
     a.mat[j].item0 = e == Epilogue::swiglu ? 0 : item0;
     item0 += detail::ceil_div(outs[j].w->n_out, L::kTileRows);
   }
-  const int64_t need = gemv_scratch_bytes(outs, n_outs, e);
+  const int64_t need = p.scratch_bytes;
   if (need > 0 && (scratch == nullptr || scratch_bytes < need || !aligned(scratch, 256)))
     return bad_arg(f + "scratch " + ptr_str(scratch) + " of " + std::to_string(scratch_bytes) + " bytes: needs " +
                    std::to_string(need) + " bytes, 256-byte aligned and zeroed (gemv_scratch_bytes)");
-  const int cols = L::chunk_cols(outs[0].w->fmt.bits);
-  const int64_t smem = m * kWarps * p.split.cpw * cols * 4;
-  if (smem + 17 * 1024 > device_props().smem_optin)
-    return Status(StatusCode::unsupported, f + "m = " + std::to_string(m) + " needs " + std::to_string(smem) +
-                                               " bytes of shared memory per block, more than this device has");
   a.n_mats = n_outs;
   a.items = p.items;
   a.ks = p.split.ks;
@@ -750,7 +701,7 @@ Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue
   a.epi = e;
   if (need > 0) {
     a.counters = static_cast<unsigned*>(scratch);
-    a.partial = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + (p.items * 4 + 255) / 256 * 256);
+    a.partial = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + p.counter_bytes);
   }
   switch (outs[0].w->fmt.bits) {
     case 2: return launch_kind<2>(a, s);

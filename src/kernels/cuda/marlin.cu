@@ -642,36 +642,11 @@ Plan plan_for(int64_t m) {
 }
 
 constexpr int kMaxDevices = 64;
-
-// Per-device facts read once: SM count, compute capability major, opt-in shared memory per block.
-struct DeviceFacts {
-  int sms = 0, major = 0, smem_optin = 0;
-};
-Status device_facts(DeviceFacts& out) {
-  static std::array<std::atomic<int>, kMaxDevices> sms{}, major{}, smem{};
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
-    (void)cudaGetLastError();
-    return Status(StatusCode::internal, std::string("marlin: cannot read the current device: ") +
-                                            (e != cudaSuccess ? cudaGetErrorString(e) : "device index out of range"));
-  }
-  if (sms[dev].load(std::memory_order_relaxed) == 0) {
-    int a = 0, b = 0, c = 0;
-    e = cudaDeviceGetAttribute(&a, cudaDevAttrMultiProcessorCount, dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&b, cudaDevAttrComputeCapabilityMajor, dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&c, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      return Status(StatusCode::internal, std::string("marlin: cannot read device attributes: ") + cudaGetErrorString(e));
-    }
-    major[dev].store(b, std::memory_order_relaxed);
-    smem[dev].store(c, std::memory_order_relaxed);
-    sms[dev].store(a, std::memory_order_release);
-  }
-  out.sms = std::min(sms[dev].load(std::memory_order_acquire), kMaxBlocks);
-  out.major = major[dev].load(std::memory_order_relaxed);
-  out.smem_optin = smem[dev].load(std::memory_order_relaxed);
+using detail::DeviceFacts;
+// detail::device_facts with the SM count capped at kMaxBlocks (the grid this GEMM launches).
+Status marlin_facts(DeviceFacts& out) {
+  LITHE_TRY(detail::device_facts(out));
+  out.sms = std::min(out.sms, kMaxBlocks);
   return Status::ok();
 }
 
@@ -734,8 +709,8 @@ Status launch_gemm(const Params& p, int grid, bool pdl, const DeviceFacts& d, cu
 }  // namespace marlin
 
 int64_t marlin_scratch_bytes(const PackedWeight& w, int64_t m) {
-  marlin::DeviceFacts d;
-  if (!marlin::device_facts(d).is_ok()) d.sms = marlin::kMaxBlocks;  // an upper bound
+  detail::DeviceFacts d;
+  if (!marlin::marlin_facts(d).is_ok()) d.sms = marlin::kMaxBlocks;  // an upper bound
   return marlin::scratch_layout(w, std::max<int64_t>(m, 1), d.sms).total;
 }
 
@@ -754,7 +729,7 @@ Status marlin_linear(const PackedWeight& w, const void* w_dev, const float* x, i
       reinterpret_cast<uintptr_t>(y) % 16 != 0)
     return detail::bad_arg("marlin_linear: the weights and y must be 16-byte aligned, scratch 256-byte aligned");
   DeviceFacts d;
-  LITHE_TRY(device_facts(d));
+  LITHE_TRY(marlin_facts(d));
   const ScratchLayout sl = scratch_layout(w, m, d.sms);
   if (scratch_bytes < sl.total)
     return detail::bad_arg("marlin_linear: scratch of " + std::to_string(scratch_bytes) + " bytes is too small for " +

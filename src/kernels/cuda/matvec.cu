@@ -42,6 +42,12 @@
 namespace lithe::cuda {
 namespace {
 
+using detail::aligned;
+using detail::inv_rms_of;
+using detail::ld_stream;
+using detail::overlap;
+using detail::ptr_str;
+
 constexpr int kWarps = 4;  // warps per block: small blocks spread evenly over the SMs
 constexpr int kThreads = kWarps * 32;
 
@@ -126,15 +132,6 @@ struct Chunk<__nv_bfloat16> {
     pair(v.w, f[6], f[7]);
   }
 };
-
-// 16-byte streaming load of read-only data that is not kept in L1.
-__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
 
 // Programmatic dependent launch (common.cuh): x and y come from the previous kernel, so they are
 // read only after detail::pdl_wait(); the weights, which no kernel writes, may be loaded before.
@@ -283,11 +280,6 @@ __device__ __forceinline__ void fma_batch(const uint4 (&v)[U][R], const float4* 
       if (b + 32 * u + lane < chunks)
         fma_chunk<T, M, R, NORM, SS>(v[u], x4, g4, x_stride, b + 32 * u + lane, m, acc, ss);
   }
-}
-
-// 1 / rms of a row from its sum of squares over n values (as rmsnorm_kernel).
-__device__ __forceinline__ float inv_rms_of(float ss, int n, float eps) {
-  return 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
 }
 
 // 1/rms of each of the first m x rows into inv[M], computed by the whole block (as rmsnorm_kernel:
@@ -530,20 +522,6 @@ Status launch_t(const Args& a, Stream s) {
   return a.norm != nullptr ? launch_m<T, true>(a, s) : launch_m<T, false>(a, s);
 }
 
-bool aligned(const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
-
-std::string ptr_str(const void* p) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%p", p);
-  return buf;
-}
-
-// Whether [a, a + na) and [b, b + nb) (floats) share memory.
-bool overlap(const float* a, int64_t na, const float* b, int64_t nb) {
-  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
-  return pa < pb + static_cast<uintptr_t>(nb) * sizeof(float) && pb < pa + static_cast<uintptr_t>(na) * sizeof(float);
-}
-
 // The rope_kv epilogue's arguments (cuda_ops.h).
 Status check_rope(const MatvecOut* outs, int n_outs, const MatvecRope* r) {
   using detail::bad_arg;
@@ -608,9 +586,9 @@ Status matvec(const MatvecOut* outs, int n_outs, WeightType t, int64_t n_in, con
     if (e == Epilogue::swiglu && j == 1) break;  // y_1 unused
     if (o.y == nullptr || !aligned(o.y, alignof(float)))
       return bad_arg(f + name + ".y = " + ptr_str(o.y) + " is null or not 4-byte aligned");
-    if (overlap(o.y, m * o.n_out, x, m * n_in)) return bad_arg(f + name + ".y overlaps x");
+    if (overlap(o.y, m * o.n_out * 4, x, m * n_in * 4)) return bad_arg(f + name + ".y overlaps x");
     for (int k = 0; k < j; ++k)
-      if (overlap(o.y, m * o.n_out, outs[k].y, m * outs[k].n_out))
+      if (overlap(o.y, m * o.n_out * 4, outs[k].y, m * outs[k].n_out * 4))
         return bad_arg(f + name + ".y overlaps outs[" + std::to_string(k) + "].y");
     rows += o.n_out;
   }

@@ -17,7 +17,7 @@
 //   the norm and the SwiGLU epilogue, down accumulating; against lithe's f16 matvec doing the same
 //   (layer copies rotated as above). "tok/s bound": 32 such layers per token, nothing else.
 // - A third table times gemv_dequantize_f16 (reads the packed bytes, writes 2 bytes per weight).
-// Usage: bench_cuda_gq_gemv [--quick]   (--quick: 20 runs per row, m = 1 and 8 only)
+// Usage: bench_cuda_gq_gemv [--quick]   (--quick: 20 runs per row, m = 1, 8 and 16 only)
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -90,6 +90,12 @@ void upload_uniform(float* x, int64_t n, uint32_t seed) {
   CK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
 }
 
+std::string fmt2(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", v);
+  return b;
+}
+
 struct Format {
   const char* name;
   int bits;
@@ -142,12 +148,16 @@ void bench_matrix(Bench& c, int64_t n_in, int64_t n_out, const Format& fm, const
     const double gemv = time_us(
         [&](int i) { CK(cuda::gemv_linear(ph.desc, pw.p[i % pw.p.size()], x, m, y, false, scr, sbytes, c.s)); },
         c.reps, c.s);
-    const double mv = time_us(
-        [&](int i) {
-          const cuda::MatvecOut o{hw.p[i % hw.p.size()], n_out, y};
-          CK(cuda::matvec(&o, 1, cuda::WeightType::f16, n_in, x, m, cuda::Epilogue::store, c.s));
-        },
-        c.reps, c.s);
+    // lithe's f16 matvec runs m <= kMatvecMaxRows; larger m: cuBLAS only ("-" columns).
+    const bool has_mv = m <= cuda::kMatvecMaxRows;
+    const double mv = !has_mv ? 0.0
+                              : time_us(
+                                    [&](int i) {
+                                      const cuda::MatvecOut o{hw.p[i % hw.p.size()], n_out, y};
+                                      CK(cuda::matvec(&o, 1, cuda::WeightType::f16, n_in, x, m, cuda::Epilogue::store,
+                                                      c.s));
+                                    },
+                                    c.reps, c.s);
     const float alpha = 1.f, beta = 0.f;
     auto gemm = [&](int i) {
       CK(cublasGemmEx(c.blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n_out), m, static_cast<int>(n_in), &alpha,
@@ -169,10 +179,11 @@ void bench_matrix(Bench& c, int64_t n_in, int64_t n_out, const Format& fm, const
       mag = std::max(mag, static_cast<double>(std::fabs(b[k])));
     }
     const double gbs = static_cast<double>(pbytes) / (gemv * 1e-6) / 1e9;
-    std::printf("| %lld x %lld | %s | %d | %.1f | %.2f | %.0f | %.1f%% | %.2f | %.2f | %.2fx | %.2fx | %.1e |\n",
+    const std::string mv_us = has_mv ? fmt2(mv) : "-", mv_x = has_mv ? fmt2(mv / gemv) + "x" : "-";
+    std::printf("| %lld x %lld | %s | %d | %.1f | %.2f | %.0f | %.1f%% | %s | %.2f | %s | %.2fx | %.1e |\n",
                 static_cast<long long>(n_in), static_cast<long long>(n_out), fm.name, m,
-                static_cast<double>(pbytes) / 1e6, gemv, gbs, 100 * gbs / c.copy_gbs, mv, blas, mv / gemv, blas / gemv,
-                mag > 0 ? diff / mag : diff);
+                static_cast<double>(pbytes) / 1e6, gemv, gbs, 100 * gbs / c.copy_gbs, mv_us.c_str(), blas, mv_x.c_str(),
+                blas / gemv, mag > 0 ? diff / mag : diff);
     std::fflush(stdout);
   }
   CK(cudaFree(x));
@@ -254,7 +265,7 @@ void bench_layer(Bench& c, const Format& fm, const std::vector<int>& ms) {
                           l.norm ? norm : cuda::MatvecNorm{}));
         },
         c.reps, c.s);
-    const double f16_us = time_us(
+    const double f16_us = m > cuda::kMatvecMaxRows ? 0.0 : time_us(  // lithe's f16 matvec: m <= 8
         [&](int i) {
           auto w = [&](int idx) { return hw[idx].p[i % copies16]; };
           const cuda::MatvecOut qkv[3] = {{w(0), d, q}, {w(1), d, k}, {w(2), d, v}}, o{w(3), d, res},
@@ -266,8 +277,9 @@ void bench_layer(Bench& c, const Format& fm, const std::vector<int>& ms) {
         },
         c.reps, c.s);
     const double gbs = static_cast<double>(layer_bytes) / (gq_us * 1e-6) / 1e9;
-    std::printf("| %s | %d | %.1f | %.1f | %.0f | %.1f%% | %.1f | %.2fx | %.0f |\n", fm.name, m,
-                static_cast<double>(layer_bytes) / 1e6, gq_us, gbs, 100 * gbs / c.copy_gbs, f16_us, f16_us / gq_us,
+    const std::string f16_col = m > cuda::kMatvecMaxRows ? "- | -" : fmt2(f16_us) + " | " + fmt2(f16_us / gq_us) + "x";
+    std::printf("| %s | %d | %.1f | %.1f | %.0f | %.1f%% | %s | %.0f |\n", fm.name, m,
+                static_cast<double>(layer_bytes) / 1e6, gq_us, gbs, 100 * gbs / c.copy_gbs, f16_col.c_str(),
                 1e6 / (32 * gq_us));
     std::fflush(stdout);
   }
@@ -284,7 +296,7 @@ int main(int argc, char** argv) {
 
   const Format formats[] = {{"int4 g128", 4, 128}, {"int3 g128", 3, 128}, {"int2 g64", 2, 64}, {"int8 per-ch", 8, 0}};
   const int64_t shapes[][2] = {{4096, 4096}, {4096, 11008}, {11008, 4096}};  // n_in x n_out
-  const std::vector<int> ms = quick ? std::vector<int>{1, 8} : std::vector<int>{1, 2, 4, 8};
+  const std::vector<int> ms = quick ? std::vector<int>{1, 8, 16} : std::vector<int>{1, 2, 4, 8, 16};
   std::vector<std::string> dequant_rows;
   std::printf(
       "| n_in x n_out | format | m | packed MB | gemv us | GB/s | of copy | f16 matvec us | cuBLAS f16 us | x matvec | "

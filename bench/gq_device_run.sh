@@ -5,10 +5,15 @@
 #                                         kernels against cuBLAS f16 / lithe's f16 matvec
 #   bash bench/gq_device_run.sh e2e       Llama-2-7B-shaped decode (tg128 at depth 512) and
 #                                         prefill (pp2048): f16 vs gq formats, alternated
+#   bash bench/gq_device_run.sh profile REGEX SKIP [REGEX SKIP ...]
+#                                         ncu (speed of light, occupancy, warp states) on launch
+#                                         SKIP of the kernels matching REGEX in bench_cuda_gq_gemv --quick
 # Logs go to $OUT (or out/device).
 set -uo pipefail
 source "$(dirname "$0")/device_common.sh"
 TESTS='Marlin*:GqGemv*:CudaGq*'
+STALLS=$(printf 'smsp__average_warp_latency_issue_stalled_%s,' long_scoreboard barrier membar short_scoreboard wait \
+  math_pipe_throttle mio_throttle lg_throttle drain no_instruction)smsp__inst_executed.sum
 case "${1:-}" in
   build)
     build_cuda
@@ -38,5 +43,16 @@ case "${1:-}" in
       echo "$j" | python3 -c "import json,sys; j=json.load(sys.stdin); print('[$setting] pp2048', round(j['prompt_tokens_per_second']['median'],1), 'tok/s')"
     done
     ;;
-  *) echo "usage: $0 build|kernels|e2e"; exit 2 ;;
+  profile)
+    shift
+    while [ $# -ge 2 ]; do
+      ncu --kernel-name-base demangled --kernel-name "regex:$1" --launch-skip "$2" --launch-count 1 \
+          --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
+          --section MemoryWorkloadAnalysis --section SchedulerStats --metrics "$STALLS" \
+          $B/bin/bench_cuda_gq_gemv --quick > "$OUT/ncu_$2.txt" 2>&1
+      grep -E "gemv_kernel|matvec_kernel|Duration|DRAM Throughput|Achieved Occupancy|Theoretical Occ|Registers Per|No Eligible|Warp Cycles Per Issued|Grid Size|Eligible Warps|Active Warps Per|Executed Ipc A|stall|Stall" "$OUT/ncu_$2.txt" | head -40
+      shift 2
+    done
+    ;;
+  *) echo "usage: $0 build|kernels|e2e|profile"; exit 2 ;;
 esac

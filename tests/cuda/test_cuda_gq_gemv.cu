@@ -2,7 +2,7 @@
 // gemv_dequantize_f16) against the scalar oracle gq::reference_linear / gq::dequantize, on fresh
 // random matrices (gq::random_matrix, fixed seeds): every format (int2/3/4/8, sym and asym, group
 // 32/64/128, a group of 96, per channel), act-order, 2:4-sparse matrices, short last groups,
-// odd shapes and the real ones, m = 1..8, store and accumulate; fused launches (3 matrices, swiglu,
+// odd shapes and the real ones, m = 1..16, store and accumulate; fused launches (3 matrices, swiglu,
 // a folded RMSNorm); rows that do not depend on m; the k-split's counters left at zero. The
 // reference is computed once per matrix for the largest m (the smaller m use its first rows).
 // Tolerance: 1e-5 |want| + 1e-6 max|W| sum|x_i| (f32 sums in another order; a lost or doubled
@@ -291,12 +291,12 @@ void check_dequantize(const gq::Matrix& mat, cudaStream_t s) {
 
 class CudaGqGemv : public cuda_test::CudaStreamTest {};
 
-const std::vector<int64_t> kAllM = {1, 2, 3, 4, 5, 8};
+const std::vector<int64_t> kAllM = {1, 2, 3, 4, 5, 8, 9, 16};
 
 }  // namespace
 
 // bits x sym x group (32, 64, 128, per channel) x act-order on one shape (n_out not a multiple of
-// the 32-row tile), every m.
+// the 16-row tile), every m.
 TEST_F(CudaGqGemv, EveryFormat) {
   uint32_t seed = 1;
   for (int bits : {2, 3, 4, 8})
@@ -323,7 +323,7 @@ TEST_F(CudaGqGemv, OddShapes) {
     for (int bits : {2, 3, 4, 8})
       for (bool act : {false, true}) {
         const gq::Matrix m = gq::random_matrix(fmt(bits, sh.group, bits == 3), sh.n_out, sh.n_in, seed, act);
-        check_linear(m, {1, 3, 8}, stream_, seed++);
+        check_linear(m, {1, 3, 8, 12}, stream_, seed++);
         if (HasFatalFailure()) return;
       }
   for (int bits : {2, 4, 8})
@@ -335,8 +335,8 @@ TEST_F(CudaGqGemv, OddShapes) {
     }
 }
 
-// The real shapes (n_in x n_out), one format each, m up to 8 (chunk tails: 11008 = 172 chunks of
-// int4, 86 of int2); act-order at n_in 11008 and 14336 stages large gathered ranges of x.
+// The real shapes (n_in x n_out), one format each, m up to 16 (chunk tails: 11008 = 172 chunks of
+// int4, 86 of int2 and int3 (128 columns each: the last one half padding)); act-order at n_in 11008 and 14336 stages large gathered ranges of x.
 TEST_F(CudaGqGemv, RealShapes) {
   struct Shape {
     int64_t n_in, n_out;
@@ -352,7 +352,7 @@ TEST_F(CudaGqGemv, RealShapes) {
   uint32_t seed = 200;
   for (const Shape& sh : shapes) {
     const gq::Matrix m = gq::random_matrix(sh.f, sh.n_out, sh.n_in, seed, sh.act);
-    check_linear(m, {1, 3, 8}, stream_, seed++);
+    check_linear(m, {1, 3, 8, 16}, stream_, seed++);
     if (HasFatalFailure()) return;
   }
 }
@@ -376,7 +376,7 @@ TEST_F(CudaGqGemv, FusedMatricesEpiloguesAndNorm) {
                                              gq::random_matrix(f, n_kv, n_in, seed + 1, act),
                                              gq::random_matrix(f, n_kv + 1, n_in, seed + 2, act)};
         for (bool norm : {false, true}) {
-          check_fused(qkv, cuda::Epilogue::store, norm, {1, 3, 8}, stream_, seed++);
+          check_fused(qkv, cuda::Epilogue::store, norm, {1, 3, 8, 13}, stream_, seed++);
           if (HasFatalFailure()) return;
         }
         check_fused({qkv[0]}, cuda::Epilogue::accumulate, true, {2, 5}, stream_, seed++);
@@ -385,7 +385,7 @@ TEST_F(CudaGqGemv, FusedMatricesEpiloguesAndNorm) {
       const std::vector<gq::Matrix> gate_up = {gq::random_matrix(f, 72, n_in, seed, false),
                                                gq::random_matrix(f, 72, n_in, seed + 1, false)};
       for (bool norm : {false, true}) {
-        check_fused(gate_up, cuda::Epilogue::swiglu, norm, {1, 4, 8}, stream_, seed++);
+        check_fused(gate_up, cuda::Epilogue::swiglu, norm, {1, 4, 8, 16}, stream_, seed++);
         if (HasFatalFailure()) return;
       }
     }
@@ -400,8 +400,8 @@ TEST_F(CudaGqGemv, RowsDoNotDependOnM) {
     const DevMatrix w = upload(mat);
     ASSERT_TRUE(w.dev != nullptr);
     std::mt19937 rng(9);
-    const std::vector<float> x = cuda_test::randn(static_cast<size_t>(8 * mat.n_in), rng);
-    DevMem dx(x.size() * 4), dy(static_cast<size_t>(8 * mat.n_out) * 4);
+    const std::vector<float> x = cuda_test::randn(static_cast<size_t>(16 * mat.n_in), rng);
+    DevMem dx(x.size() * 4), dy(static_cast<size_t>(16 * mat.n_out) * 4);
     h2d(dx, x.data(), x.size() * 4);
     const cuda::GemvOut out{&w.host.desc, w.dev->p, dy.as<float>()};
     const Scratch sc(&out, 1, cuda::Epilogue::store);
@@ -413,9 +413,9 @@ TEST_F(CudaGqGemv, RowsDoNotDependOnM) {
       d2h(y.data(), dy, y.size() * 4);
       return y;
     };
-    const std::vector<float> full = run(8);
-    cuda_test::expect_bits(run(8), full, "a second launch");
-    for (int64_t m : {1, 2, 3, 5, 7}) {
+    const std::vector<float> full = run(16);
+    cuda_test::expect_bits(run(16), full, "a second launch");
+    for (int64_t m : {1, 2, 3, 5, 7, 8, 9, 12}) {
       const std::vector<float> part = run(m);
       cuda_test::expect_bits(part, std::vector<float>(full.begin(), full.begin() + static_cast<ptrdiff_t>(part.size())),
                              "m = " + std::to_string(m));
@@ -506,7 +506,7 @@ TEST_F(CudaGqGemv, UnsupportedShapesAndArgumentErrorsNameTheValue) {
   const Scratch sc(&out, 1, cuda::Epilogue::store);
   void* scr = sc.mem.p;
   const int64_t sb = sc.bytes;
-  expect_err(cuda::gemv_linear(d, w.dev->p, x.as<float>(), 9, y.as<float>(), false, scr, sb, stream_), "m = 9");
+  expect_err(cuda::gemv_linear(d, w.dev->p, x.as<float>(), 17, y.as<float>(), false, scr, sb, stream_), "m = 17");
   expect_err(cuda::gemv_linear(d, w.dev->p, x.as<float>(), 0, y.as<float>(), false, scr, sb, stream_), "m = 0");
   expect_err(cuda::gemv_linear(d, w.dev->p, nullptr, 1, y.as<float>(), false, scr, sb, stream_), "x = ");
   expect_err(cuda::gemv_linear(d, w.dev->p, x.as<float>(), 1, nullptr, false, scr, sb, stream_), "y = ");

@@ -6,9 +6,10 @@
 // - Marlin-class GEMM (marlin*.cu): f16 activations x int4 weights on tensor cores, group 128 or
 //   per channel (group == n_in), sym or asym, act-order, optionally 2:4 sparse; any batch m >= 1.
 //   The f32 activations are converted to f16 (and gathered by perm) into scratch first.
-// - GEMV (gq_gemv.cu): batch m <= 8 on CUDA cores, int2/int3/int4/int8, any group that is a
+// - GEMV (gq_gemv.cu): batch m <= 16 on tensor cores, int2/int3/int4/int8, any group that is a
 //   multiple of 32 or per channel, sym or asym, act-order; reads f32 activations directly; several
-//   matrices per launch with the decode epilogues (swiglu, residual) and a folded RMSNorm. Its
+//   matrices per launch with the decode epilogues (swiglu, residual) and a folded RMSNorm; x is split
+//   into two f16 halves (hi + lo: ~22 bits) for the MMAs, so results stay near f32. Its
 //   layout can also be expanded to a dense f16 matrix (for cuBLAS at larger m, prefill).
 // Every launcher computes y[m][n_out] = x[m][n_in] · Wᵀ (accumulate: y +=), x and y f32 device,
 // row-major, contiguous; W as the reference gq::dequantize() defines it (original column order).
@@ -50,10 +51,10 @@ int64_t marlin_scratch_bytes(const PackedWeight& w, int64_t m);
 Status marlin_linear(const PackedWeight& w, const void* w_dev, const float* x, int64_t m, float* y, bool accumulate,
                      void* scratch, int64_t scratch_bytes, Stream s);
 
-// ---- GEMV, batch <= 8 (gq_gemv.cu) -------------------------------------------------------------
+// ---- GEMV, batch <= 16 (gq_gemv.cu) ------------------------------------------------------------
 Status gemv_supports(const QuantFormat& f, int64_t n_out, int64_t n_in);
 Result<PackedHost> pack_gemv(const gq::Matrix& m);
-inline constexpr int64_t kGemvMaxRows = 8;
+inline constexpr int64_t kGemvMaxRows = 16;
 // One matrix of a GEMV launch: a GEMV-layout weight (desc + device copy) and its output y [m][n_out].
 struct GemvOut {
   const PackedWeight* w = nullptr;
@@ -63,7 +64,7 @@ struct GemvOut {
 // Up to 3 GEMV-layout matrices of one format and n_in sharing x [m][n_in] (m <= kGemvMaxRows), in
 // one launch, with the matvec epilogues (cuda_ops.h) store, accumulate or swiglu (gate, up: equal
 // n_out, no act-order; y_1 unused) and optionally an RMSNorm of x folded in (norm.w: f32 [n_in]).
-// The k dimension is split over several blocks per 32-row tile, whose partial sums meet in
+// The k dimension is split over several blocks per 16-row tile, whose partial sums meet in
 // `scratch` (gemv_scratch_bytes; zeroed once by the caller, left all zero by every launch, so one
 // buffer serves launches of every shape): how many depends only on
 // the shapes and the device, never on m, so row i of y is the same bits whatever m is.

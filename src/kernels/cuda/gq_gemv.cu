@@ -1,37 +1,45 @@
-// Group-quantized matrix-vector products for decode (cuda_gq.h: gemv, gemv_linear), batch m <= 8
-// on CUDA cores, and the expansion of the same packed matrix to dense f16 (gemv_dequantize_f16).
-// The layout is described in gq_gemv_layout.h; the kernel streams it once from HBM.
+// Group-quantized matrix-vector products for decode (cuda_gq.h: gemv, gemv_linear), batch
+// m <= kGemvMaxRows on tensor cores, and the expansion of the same packed matrix to dense f16
+// (gemv_dequantize_f16). The layout is described in gq_gemv_layout.h; the kernel streams it once
+// from HBM.
 //
-// Work split (a decode matrix of 4096 rows is only 128 tiles: the k dimension is split too, so
-// that every SM has some 16-24 warps with loads in flight)
-// - An "item" is one 32-row tile (swiglu: tile t of gate and tile t of up, R = 2), lane l on row l
-//   of it. The items of up to 3 matrices form one flat index space (matrix 0's tiles, then 1's...).
-// - Each item is cut along k into KS blocks of 4 warps; warp w of block ks streams the chunks
-//   [(4 ks + w) cpw, (4 ks + w + 1) cpw) of its tile(s), so every warp load is 512 contiguous bytes
-//   (chunk c of the 32 rows) and all lanes need the same x values. KS depends only on the shape and
-//   the SM count (pick_split), never on m: row i of y is the same bits whatever m is.
-// - A batch is U chunks of each of the R tiles: their loads (ld.global.nc.L1::no_allocate; int3
-//   also its 8-byte hi chunks) and scale records are issued before any arithmetic. The first batch
-//   is issued before griddepcontrol.wait (PDL): weights are never written by kernels.
-// - After the wait the block stages its k-range of x into shared memory: gathered by perm
-//   (act-order), multiplied by the norm weight (folded RMSNorm), zero past n_in; the stage also
-//   sums x^2 over the range (RMSNorm's sum of squares: the KS ranges of an item cover the row once).
-// - The 4 warps' sums meet in shared memory (fixed order). With KS = 1 the block applies the
-//   epilogue; otherwise it writes its partial sums to scratch and the last block of the item to
-//   arrive (a counter, reset by that block) adds the KS partials in ks order (deterministic), zeroes
-//   them (one scratch serves launches of every shape: it must be all zero between launches) and
-//   applies the epilogue: store / accumulate / swiglu, times 1/rms under a folded norm.
+// Work split (a decode matrix of 4096 rows is only 256 tiles: the k dimension is split too)
+// - A tile is 16 rows, one warp's (swiglu: tile t of gate and tile t of up, R = 2). An "item" is
+//   kWarps = 8 consecutive tiles (128 rows) of one matrix, one block's; the items of up to 3 matrices
+//   form one index space (matrix 0's, then 1's...), so a block stages x with one matrix's perm.
+// - Each item is cut along k into KS blocks: block ks covers chunks [ks cpb, (ks + 1) cpb), and each
+//   of its warps streams those chunks of its own tile(s) (every warp load: 512 contiguous bytes).
+//   KS depends only on the shape and the SM count (pick_split), never on m.
+// - A batch is U chunks of each of the R tiles with their scale records. The first batch is issued
+//   before griddepcontrol.wait (PDL: weights are never written by kernels), and each later batch
+//   is issued before the previous one is multiplied.
+// - After the wait the block stages its k-range of x once for its 8 tiles, into shared memory as MMA
+//   B fragments: each value gathered by perm (act-order), times the norm weight (folded RMSNorm),
+//   zero past n_in, and split into f16 hi = f16(x) and lo = f16(x - hi), so hi + lo carries ~22
+//   bits of x. (Staging per 16-row tile instead cost more instructions than the weights: ncu, H100.)
+//   The block also sums x^2 over its range, in a loop over columns that is the same for every m.
+// - Fragment rows n of B: n < M is hi of x row n, M <= n < 2M lo of x row n - M (x rows >= m are
+//   zero). M <= 4: one n8 block (an M = 1 MMA wastes 6 of its 8 columns, which costs nothing here:
+//   the tensor cores are idle otherwise); M = 8, 16: 2M / 8 blocks.
+// - Each warp's sums go through shared memory to one thread per (x row, item row). With KS = 1 that
+//   thread applies the epilogue; otherwise the block writes its partial sums to scratch and the
+//   last block of the item to arrive (a counter, reset by that block) adds the KS partials in ks
+//   order (deterministic), zeroes them (one scratch serves launches of every shape: it must be all
+//   zero between launches) and applies the epilogue: store / accumulate / swiglu, times 1/rms
+//   under a folded norm.
 //
-// Arithmetic per unit (32 columns, int8: 16; one scale record):
+// Arithmetic (per k16 block and tile, per lane: 8 codes, one 32-bit word for int4)
 // - (word & mask) | 0x64006400 (one LOP3; int8: one PRMT) makes an f16 pair 1024 + c * 2^(b*j);
-//   one HFMA2 with (2^-(b*j), -(1024 * 2^-(b*j) + zero)) gives the exact integers c - zero, which
-//   are converted to f32 and multiplied into t[i] += (c - zero) * x[i] (f32 FMAs, exact products).
-// - At the end of the unit acc[i] += scale * t[i]: W = scale * (c - zero) exactly as the reference
-//   has it; only the order of the f32 sums differs.
-// - With m >= 4 the kernel is bound by those f32 FMAs (one per weight and x row), not by HBM.
-// Instantiations: bits {2, 3, 4, 8} x M {1, 2, 4, 8} (m rounded up; x rows >= m are skipped by
-// uniform predicates, never stored) x {one tile, act-order, two tiles (swiglu)}, and one
-// dequantize kernel per bits.
+//   one HFMA2 with (2^-(b*j), -(1024 * 2^-(b*j) + zero)) gives the exact integers c - zero in the
+//   A register the MMA reads: about 9 instructions for 8 int4 weights, then one MMA per n8 block.
+// - The MMA sums (c - zero) * x exactly-rounded into f32 per group run; when the group changes (and
+//   at the end) acc += scale * run, per row: W = scale * (c - zero) as the reference has it, x to
+//   ~22 bits, only the order of the f32 sums differs.
+// - Every output element is a function of its own x row only (an MMA column does not see the
+//   others; hi and lo are accumulated apart and added last), so row i of y is the same bits
+//   whatever m is.
+// Instantiations: bits {2, 3, 4, 8} x M {1, 2, 4, 8, 16} (m rounded up; x rows >= m are zero,
+// never stored) x {one tile, act-order, two tiles (swiglu)}, and one dequantize kernel per bits.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -53,61 +61,63 @@ using detail::ld_stream;
 using detail::overlap;
 using detail::ptr_str;
 
-constexpr int kWarps = 4;  // warps of a block, each on its own k-range of the block's item
+constexpr int kWarps = 8;  // warps of a block: one tile each, all on the block's k-range
 constexpr int kThreads = 32 * kWarps;
-// Chunks per lane per batch (U = loads / R of each tile): 4, 2 KiB per warp. (8 with fewer blocks
-// measured slower on an H200: 98 vs 83 us per Llama-2-7B layer; bench/DEVICE_RUNS.md.)
-constexpr int loads_of(int) { return 4; }
-constexpr int kMaxM = 8;
-static_assert(L::kTileRows == 32, "one row per lane");
+constexpr int kMaxM = 16;
+constexpr int kRows = L::kTileRows;
+constexpr int kItemRows = kWarps * kRows;  // rows of an item (a block's tiles)
+static_assert(kRows == 16, "one MMA's rows per tile");
 static_assert(kMaxM == kGemvMaxRows, "scratch is laid out for kGemvMaxRows rows of x");
+// Chunk loads per lane per batch (U = loads / R chunks of each tile): 2 KiB per warp (int2/int3:
+// 1 KiB, the same 256 columns; their 4 records per chunk would spill), twice that in flight while a
+// batch is multiplied and the next one loads.
+constexpr int loads_of(int bits) { return bits == 2 || bits == 3 ? 2 : 4; }
 
-// Occupancy asked of ptxas, in blocks of 128 threads per SM (6: <= 80 registers, 4: <= 128,
-// 3: <= 168), the tightest that does not spill (ptxas -v, sm_90a).
+// Occupancy asked of ptxas, in blocks of 256 threads per SM (3: <= 80 registers, 2: <= 128,
+// 1: <= 255), the tightest that does not spill (ptxas -v, sm_90a).
 template <int M, int R>
 struct Cfg {
-  static constexpr int min_blocks = M == 1 || (M == 2 && R == 1) ? 6 : M == 8 ? 3 : 4;
+  static constexpr int min_blocks = M == 16 ? 1 : 2;
 };
-constexpr int kBlocksPerSm = 6;  // blocks per SM the k-split aims at
+constexpr int kBlocksPerSm = 2;  // blocks per SM the k-split aims at (about one wave: 2, 4, 8 measured, H100)
 
 // One matrix: its sections on the device and its output.
 struct Mat {
   const uint4* codes = nullptr;
   const uint2* hi = nullptr;  // int3 only
-  const uint32_t* recs = nullptr;
+  const uint2* recs = nullptr;  // [tiles][groups][8] pairs (row g, row g + 8)
   const int32_t* perm = nullptr;  // act-order only
   float* y = nullptr;
   int64_t n_out = 0;
-  int64_t item0 = 0;  // its first flat item
+  int64_t item0 = 0;  // its first item (an item never spans two matrices: one perm per block)
 };
 
 // The shape shared by the matrices of a launch.
 struct Geo {
   int n_in, chunks, groups, units;
-  uint32_t gmagic;  // group of 32-column block b: umulhi(b, gmagic), or b when 0 (group 32)
+  uint32_t gmagic;  // group of unit u: umulhi(u, gmagic), or u when 0 (group 32)
 };
 
 struct Args {
   Mat mat[3];
   int n_mats;
   Geo g;
-  int64_t items;
-  int ks, cpw;  // blocks per item (k-split), chunks per warp
+  int64_t items;  // kWarps tiles each, matrix by matrix (swiglu: the gate's tiles)
+  int ks, cpb;           // blocks per item (k-split), chunks per block
   const float* x;
   const float* norm;  // folded RMSNorm weight [n_in], or null
   float eps;
   int m;
   Epilogue epi;
-  float* partial;      // ks > 1: [items][ks][R][kMaxM][32] partial sums, then [items][ks][kMaxM] x^2 sums
+  float* partial;      // ks > 1: [items][ks][R][kMaxM][kItemRows] partial sums, then [items][ks][kMaxM] x^2 sums
   unsigned* counters;  // ks > 1: [items] blocks arrived
 };
 
 template <int BITS>
 struct Codec {
-  static constexpr int kCols = L::chunk_cols(BITS);      // per chunk
-  static constexpr int kUnitCols = L::unit_cols(BITS);  // per scale record
-  static constexpr int kUnits = kCols / kUnitCols;      // per chunk
-  static constexpr int kClasses = L::classes(BITS);
+  static constexpr int kBlocks = L::kblocks(BITS);       // k16 blocks per chunk
+  static constexpr int kSpan = L::chunk_span(BITS);      // columns per chunk
+  static constexpr int kUnits = kSpan / L::kUnitCols;    // scale records per chunk and row
   static constexpr bool kHi = BITS == 3;
 };
 
@@ -153,6 +163,14 @@ __device__ __forceinline__ float2 h2_to_f2(uint32_t h) {
       : "r"(h));
   return f;
 }
+// d += A (16 x 16, f16, row-major fragment) * B (16 x 8, f16, column fragment), f32.
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int w) {
   return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
@@ -189,68 +207,28 @@ __device__ __forceinline__ uint32_t raw_pair(const Chunk& ch, int q, uint32_t ma
   }
 }
 
-// The per-class constants of a unit from its record: HFMA2 addends -(1024 / mult_j + zero).
+// The HFMA2 addend of class j from a record: -(1024 / mult_j + zero) in both halves.
 template <int BITS>
-__device__ __forceinline__ void class_addends(uint32_t rec, uint32_t (&zc)[Codec<BITS>::kClasses]) {
+__device__ __forceinline__ uint32_t class_addend(uint32_t rec, int j) {
   const uint32_t z0 = __byte_perm(rec, 0, 0x3232);  // -(1024 + zero) in both halves
-#pragma unroll
-  for (int j = 0; j < Codec<BITS>::kClasses; ++j)
-    zc[j] = j == 0 ? z0 : hadd2(z0, pair_bits(1024.0 - 1024.0 / class_mult<BITS>(j)));
+  return j == 0 ? z0 : hadd2(z0, pair_bits(1024.0 - 1024.0 / class_mult<BITS>(j)));
 }
 
-// c - zero (exact, f32) of the 4 columns of quad e of unit k of a chunk.
+// The exact integers c - zero of pair q (an A register), given the addend of its class.
 template <int BITS>
-__device__ __forceinline__ void quad_values(const Chunk& ch, int k, int e, const uint32_t (&zc)[Codec<BITS>::kClasses],
-                                            uint32_t magic, float (&w)[4]) {
-  constexpr int kPairs = Codec<BITS>::kUnitCols / 2;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int q = k * kPairs + 2 * e + h;
-    const int j = BITS == 8 ? 0 : (q % L::pairs_per_word(BITS)) % L::classes(BITS);
-    const float2 f = h2_to_f2(hfma2(raw_pair<BITS>(ch, q, magic), pair_bits(1.0 / class_mult<BITS>(j)), zc[j]));
-    w[2 * h] = f.x;
-    w[2 * h + 1] = f.y;
-  }
+__device__ __forceinline__ uint32_t pair_values(const Chunk& ch, int q, uint32_t addend) {
+  constexpr uint32_t magic = 0x64006400u;  // f16 1024 in both halves
+  const int j = L::class_of_reg(BITS, q % 4);
+  return hfma2(raw_pair<BITS>(ch, q, magic), pair_bits(1.0 / class_mult<BITS>(j)), addend);
 }
 
 __device__ __forceinline__ float scale_of(uint32_t rec) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(rec & 0xffffu)));
 }
 
-template <int BITS>
 __device__ __forceinline__ int group_of(const Geo& g, int unit) {
-  const uint32_t b = static_cast<uint32_t>(BITS == 8 ? unit >> 1 : unit);  // 32-column block
-  return static_cast<int>(g.gmagic ? __umulhi(b, g.gmagic) : b);
-}
-
-// acc[i] += scale * sum over unit k of chunk ch of (c - zero) * x[i] (x: the unit's first column
-// of x row 0 in the staged copy, rows `stride` floats apart).
-template <int BITS, int M>
-__device__ __forceinline__ void unit_fma(const float* x, int stride, int m, const Chunk& ch, int k, uint32_t rec,
-                                         float (&acc)[M]) {
-  constexpr uint32_t magic = 0x64006400u;  // f16 1024 in both halves
-  uint32_t zc[Codec<BITS>::kClasses];
-  class_addends<BITS>(rec, zc);
-  float t[M];
-#pragma unroll
-  for (int i = 0; i < M; ++i) t[i] = 0.f;
-#pragma unroll
-  for (int e = 0; e < Codec<BITS>::kUnitCols / 4; ++e) {
-    float w[4];
-    quad_values<BITS>(ch, k, e, zc, magic, w);
-#pragma unroll
-    for (int i = 0; i < M; ++i)
-      if (M <= 2 || i < M / 2 || i < m) {
-        const float4 xv = *reinterpret_cast<const float4*>(x + i * stride + 4 * e);
-        t[i] = fmaf(w[0], xv.x, t[i]);
-        t[i] = fmaf(w[1], xv.y, t[i]);
-        t[i] = fmaf(w[2], xv.z, t[i]);
-        t[i] = fmaf(w[3], xv.w, t[i]);
-      }
-  }
-  const float s = scale_of(rec);
-#pragma unroll
-  for (int i = 0; i < M; ++i) acc[i] = fmaf(s, t[i], acc[i]);
+  const uint32_t u = static_cast<uint32_t>(unit);
+  return static_cast<int>(g.gmagic ? __umulhi(u, g.gmagic) : u);
 }
 
 // The tiles of one item: R lane pointers into codes / hi / recs, the output of each.
@@ -258,7 +236,7 @@ template <int R>
 struct Tiles {
   const uint4* cp[R];
   const uint2* hp[R];
-  const uint32_t* rp[R];
+  const uint2* rp[R];
   const int32_t* perm;
   float* y[R];
   int64_t n_out[R];
@@ -267,19 +245,27 @@ struct Tiles {
 
 __device__ __forceinline__ Mat mat_of(const Args& a, int j) { return j == 0 ? a.mat[0] : j == 1 ? a.mat[1] : a.mat[2]; }
 
+// The matrix of item `item` (R = 2: gate and up, both from matrix 0's item numbering).
+__device__ __forceinline__ int mat_index(const Args& a, int64_t item) {
+  return (a.n_mats > 1 && item >= a.mat[1].item0) + (a.n_mats > 2 && item >= a.mat[2].item0);
+}
+
+// Tile w of item `item` (lane pointers for `lane`); `valid` is false past the matrix's last tile.
 template <int BITS, int R>
-__device__ __forceinline__ Tiles<R> tiles_of(const Args& a, int64_t item, int lane) {
+__device__ __forceinline__ Tiles<R> tiles_of(const Args& a, int64_t item, int w, int lane, bool& valid) {
   Tiles<R> t;
+  const int j0 = R == 2 ? 0 : mat_index(a, item);
+  const int64_t tile = (item - mat_of(a, j0).item0) * kWarps + w;
+  const int64_t tiles = (mat_of(a, j0).n_out + kRows - 1) / kRows;
+  valid = tile < tiles;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    // R = 2 (swiglu): gate and up, tile `item` of each; R = 1: the matrix holding flat item `item`.
-    const int j = R == 2 ? r : (a.n_mats > 1 && item >= a.mat[1].item0) + (a.n_mats > 2 && item >= a.mat[2].item0);
-    const Mat mt = mat_of(a, j);
-    t.tile[r] = item - mt.item0;
-    const int64_t slot0 = t.tile[r] * a.g.chunks * L::kTileRows + lane;
+    const Mat mt = mat_of(a, R == 2 ? r : j0);
+    t.tile[r] = valid ? tile : tiles - 1;
+    const int64_t slot0 = t.tile[r] * a.g.chunks * 32 + lane;
     t.cp[r] = mt.codes + slot0;
     t.hp[r] = Codec<BITS>::kHi ? mt.hi + slot0 : nullptr;
-    t.rp[r] = mt.recs + t.tile[r] * a.g.groups * L::kTileRows + lane;
+    t.rp[r] = mt.recs + t.tile[r] * a.g.groups * 8 + lane / 4;
     t.y[r] = mt.y;
     t.n_out[r] = mt.n_out;
     if (r == 0) t.perm = mt.perm;
@@ -287,11 +273,16 @@ __device__ __forceinline__ Tiles<R> tiles_of(const Args& a, int64_t item, int la
   return t;
 }
 
-// Issues the batch at chunk b of this warp's range [.., end): chunks b .. b + U - 1 of each tile,
-// and their scale records.
+// One batch of a warp: U chunks of each of the R tiles and the records (rows g, g + 8) of their units.
 template <int BITS, int R, int U>
-__device__ __forceinline__ void load_batch(const Geo& g, const Tiles<R>& t, int b, int end, Chunk (&v)[R][U],
-                                           uint32_t (&rec)[R][U][Codec<BITS>::kUnits]) {
+struct Batch {
+  Chunk v[R][U];
+  uint2 rec[R][U][Codec<BITS>::kUnits];
+};
+
+// Issues the batch at chunk b of this warp's range [.., end).
+template <int BITS, int R, int U>
+__device__ __forceinline__ void load_batch(const Geo& g, const Tiles<R>& t, int b, int end, Batch<BITS, R, U>& bt) {
   using C = Codec<BITS>;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
@@ -299,28 +290,58 @@ __device__ __forceinline__ void load_batch(const Geo& g, const Tiles<R>& t, int 
     if (c < end)
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        v[r][u].lo = ld_stream(t.cp[r] + c * L::kTileRows);
-        if constexpr (C::kHi) v[r][u].hi = ld_stream(t.hp[r] + c * L::kTileRows);
+        bt.v[r][u].lo = ld_stream(t.cp[r] + c * 32);
+        if constexpr (C::kHi) bt.v[r][u].hi = ld_stream(t.hp[r] + c * 32);
 #pragma unroll
         for (int k = 0; k < C::kUnits; ++k) {
           const int unit = min(c * C::kUnits + k, g.units - 1);  // a padding unit: any record
-          rec[r][u][k] = __ldg(t.rp[r] + static_cast<uint32_t>(group_of<BITS>(g, unit)) * L::kTileRows);
+          bt.rec[r][u][k] = __ldg(t.rp[r] + static_cast<uint32_t>(group_of(g, unit)) * 8);
         }
       }
   }
 }
 
-// The epilogue of x row i for this lane's row of the item's tiles: v[r] the finished sums of tile r.
+// Per lane and tile: the f32 sums of the finished group runs (acc) and of the current run (run),
+// as MMA C fragments per n8 block: c0, c1 row g, columns 2t, 2t + 1; c2, c3 row g + 8.
+template <int NB>
+struct Sums {
+  float acc[NB][4];
+  float run[NB][4];
+  uint32_t add[4];  // HFMA2 addends of A registers 0..3 (row g / g + 8, class) for the run's group
+  float scale[2];   // the run's scales of rows g, g + 8
+};
+
+template <int NB>
+__device__ __forceinline__ void fold(Sums<NB>& s) {  // acc += scale * run, run = 0
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s.acc[nb][e] = fmaf(s.scale[e / 2], s.run[nb][e], s.acc[nb][e]);
+      s.run[nb][e] = 0.f;
+    }
+}
+
+template <int BITS, int NB>
+__device__ __forceinline__ void start_run(Sums<NB>& s, uint2 rec) {
+#pragma unroll
+  for (int reg = 0; reg < 4; ++reg)
+    s.add[reg] = class_addend<BITS>(reg & 1 ? rec.y : rec.x, L::class_of_reg(BITS, reg));
+  s.scale[0] = scale_of(rec.x);
+  s.scale[1] = scale_of(rec.y);
+}
+
+// The epilogue of x row i for row `row` of tile t: v[r] the finished sums of tile r.
 template <int R>
-__device__ __forceinline__ void finish(const Args& a, const Tiles<R>& t, int lane, int i, float (&v)[R], float ss) {
+__device__ __forceinline__ void finish(const Args& a, const Tiles<R>& t, int row, int i, float (&v)[R], float ss) {
   if (a.norm != nullptr) {
     const float inv = inv_rms_of(ss, a.g.n_in, a.eps);
 #pragma unroll
     for (int r = 0; r < R; ++r) v[r] *= inv;
   }
-  const int64_t row = t.tile[0] * L::kTileRows + lane;
-  if (row >= t.n_out[0]) return;
-  float* p = t.y[0] + i * t.n_out[0] + row;
+  const int64_t orow = t.tile[0] * kRows + row;
+  if (orow >= t.n_out[0]) return;
+  float* p = t.y[0] + i * t.n_out[0] + orow;
   if constexpr (R == 2) {  // swiglu: gate, up
     *p = v[0] / (1.f + expf(-v[0])) * v[1];
   } else {
@@ -328,70 +349,114 @@ __device__ __forceinline__ void finish(const Args& a, const Tiles<R>& t, int lan
   }
 }
 
-// Dynamic shared memory: the block's k-range of x, [m][span] floats (span = 4 cpw chunk columns).
-// PERM: act-order (x gathered by the matrix's perm). R = 2: swiglu over two tiles.
+// Stages x[0..m)[col0 .. col0 + span) as B fragments into xs (see gemv_kernel): thread s of the
+// loop takes k16 blocks 2p, 2p + 1, x row i, quad t, loads its 8 values once (gathered by perm,
+// times the norm weight; zero past n_in) and writes them as hi to fragment row i and as lo to
+// fragment row M + i. Rows i in [m, M) get zeros.
+template <int M, bool PERM>
+__device__ __forceinline__ void stage_x(const Args& a, const int32_t* perm, int col0, int span, uint4* xs) {
+  const int n_in = a.g.n_in;
+  const int slots = span / 32 * M * 4;
+  for (int s = static_cast<int>(threadIdx.x); s < slots; s += kThreads) {
+    const int t = s & 3, i = (s >> 2) % M, p = (s >> 2) / M;
+    uint32_t hi[4] = {0, 0, 0, 0}, lo[4] = {0, 0, 0, 0};
+    if (i < a.m) {
+      const float* xr = a.x + static_cast<int64_t>(i) * n_in;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {  // block 2p + e / 2, register e % 2 (columns + 8): 2 columns
+        const int col = col0 + (2 * p + e / 2) * 16 + 2 * t + 8 * (e % 2);
+        float v[2] = {0.f, 0.f};
+        if (col < n_in) {  // n_in is even: both columns or neither
+          if (PERM) {
+            const int2 src = *reinterpret_cast<const int2*>(perm + col);
+            v[0] = xr[src.x];
+            v[1] = xr[src.y];
+            if (a.norm != nullptr) v[0] *= __ldg(a.norm + src.x), v[1] *= __ldg(a.norm + src.y);
+          } else {
+            const float2 x2 = *reinterpret_cast<const float2*>(xr + col);
+            v[0] = x2.x;
+            v[1] = x2.y;
+            if (a.norm != nullptr) {
+              const float2 g2 = __ldg(reinterpret_cast<const float2*>(a.norm + col));
+              v[0] *= g2.x;
+              v[1] *= g2.y;
+            }
+          }
+        }
+        const __half2 h = __floats2half2_rn(v[0], v[1]);
+        const float2 hf = __half22float2(h);
+        const __half2 l = __floats2half2_rn(v[0] - hf.x, v[1] - hf.y);
+        hi[e] = *reinterpret_cast<const uint32_t*>(&h);
+        lo[e] = *reinterpret_cast<const uint32_t*>(&l);
+      }
+    }
+    xs[(p * 2 * M + i) * 4 + t] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    xs[(p * 2 * M + M + i) * 4 + t] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+  }
+}
+
+// Dynamic shared memory: the block's k-range of x as B fragments, uint4 [span / 32][2M][4]: for
+// k16 blocks 2p and 2p + 1, fragment row n (n < M: hi of x row n, else lo of x row n - M), quad t:
+// (b0b1, b2b3) of block 2p, then of block 2p + 1.
+// PERM: act-order (x gathered by the matrix's perm). R = 2: swiglu over two tiles per warp.
 template <int BITS, int M, int R, bool PERM>
 __global__ void __launch_bounds__(kThreads, Cfg<M, R>::min_blocks) gemv_kernel(const Args a) {
   using C = Codec<BITS>;
   constexpr int U = loads_of(BITS) / R;
-  extern __shared__ float4 xs4[];
-  __shared__ float part[kWarps][R][M][32];
+  constexpr int SR = 2 * M;                 // B rows: hi of x rows 0..M-1, then lo
+  constexpr int NB = SR <= 8 ? 1 : SR / 8;  // n8 blocks
+  extern __shared__ uint4 xs[];
+  __shared__ float part[kWarps][R][M][kRows];
   __shared__ float ss_part[kWarps][M];
   __shared__ bool last;
   const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
+  const int g = lane >> 2, tq = lane & 3;
   const int64_t item = blockIdx.x / a.ks;
   const int ks = static_cast<int>(blockIdx.x % a.ks);
   detail::pdl_release();
-  const Tiles<R> t = tiles_of<BITS, R>(a, item, lane);
-  const int span = kWarps * a.cpw * C::kCols;     // staged columns
-  const int col0 = ks * kWarps * a.cpw * C::kCols;  // first one
-  const int begin = (ks * kWarps + warp) * a.cpw, end = min(begin + a.cpw, a.g.chunks);
+  bool has_tile;  // warp-uniform
+  const Tiles<R> t = tiles_of<BITS, R>(a, item, warp, lane, has_tile);
+  const int begin = ks * a.cpb, end = min(begin + a.cpb, a.g.chunks);  // the block's chunks
+  const int span = a.cpb * C::kSpan, col0 = begin * C::kSpan;           // its staged columns
 
-  Chunk v[R][U];
-  uint32_t rec[R][U][C::kUnits];
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      v[r][u] = Chunk{};
-#pragma unroll
-      for (int k = 0; k < C::kUnits; ++k) rec[r][u][k] = 0;
-    }
-  if (begin < end) load_batch<BITS, R, U>(a.g, t, begin, end, v, rec);
+  Batch<BITS, R, U> cur;
+  if (has_tile) load_batch<BITS, R, U>(a.g, t, begin, end, cur);
   detail::pdl_wait();  // x, y and the scratch belong to the previous kernel until here
 
-  // Stage x[i][col0 .. col0 + span) (gathered, times the norm weight; zero past n_in) and sum its
-  // squares.
-  float* xs = reinterpret_cast<float*>(xs4);
-  const int n_in = a.g.n_in;
+  stage_x<M, PERM>(a, t.perm, col0, span, xs);
+  // The sums of squares of x over the range: the same loop whatever m (1/rms independent of m).
+  if (a.norm != nullptr) {
+    const int hi_col = min(col0 + span, a.g.n_in);
 #pragma unroll
-  for (int i = 0; i < M; ++i) {
-    if (i >= a.m) break;  // block-uniform
-    float ss = 0.f;
-    for (int k = static_cast<int>(threadIdx.x); k < span; k += kThreads) {
-      const int col = col0 + k;
-      float val = 0.f;
-      if (col < n_in) {
-        const int src = PERM ? __ldg(t.perm + col) : col;
-        val = a.x[static_cast<int64_t>(i) * n_in + src];
+    for (int i = 0; i < M; ++i) {
+      if (i >= a.m) break;  // block-uniform
+      float ss = 0.f;
+      for (int col = col0 + static_cast<int>(threadIdx.x); col < hi_col; col += kThreads) {
+        const float val = a.x[static_cast<int64_t>(i) * a.g.n_in + (PERM ? __ldg(t.perm + col) : col)];
         ss = fmaf(val, val, ss);
-        if (a.norm != nullptr) val *= __ldg(a.norm + src);
       }
-      xs[i * span + k] = val;
+      ss = detail::warp_sum(ss);
+      if (lane == 0) ss_part[warp][i] = ss;
     }
-    ss = detail::warp_sum(ss);
-    if (lane == 0) ss_part[warp][i] = ss;
   }
   __syncthreads();
 
-  float acc[R][M];
+  Sums<NB> sum[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r)
+  for (int r = 0; r < R; ++r) {
 #pragma unroll
-    for (int i = 0; i < M; ++i) acc[r][i] = 0.f;
+    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sum[r].acc[nb][e] = sum[r].run[nb][e] = 0.f;
+    sum[r].scale[0] = sum[r].scale[1] = 0.f;
+#pragma unroll
+    for (int reg = 0; reg < 4; ++reg) sum[r].add[reg] = 0;
+  }
+  int run_group = -1;
 #pragma unroll 1
-  for (int b = begin; b < end; b += U) {
-    if (b != begin) load_batch<BITS, R, U>(a.g, t, b, end, v, rec);
+  for (int b = begin; has_tile && b < end; b += U) {
+    Batch<BITS, R, U> nxt;
+    if (b + U < end) load_batch<BITS, R, U>(a.g, t, b + U, end, nxt);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = b + u;
@@ -399,40 +464,94 @@ __global__ void __launch_bounds__(kThreads, Cfg<M, R>::min_blocks) gemv_kernel(c
 #pragma unroll
       for (int k = 0; k < C::kUnits; ++k) {
         const int unit = c * C::kUnits + k;
-        if (C::kUnits == 1 || unit < a.g.units)
+        if (C::kUnits > 1 && unit >= a.g.units) break;  // the padding half of the last chunk
+        const int grp = group_of(a.g, unit);
+        if (grp != run_group) {  // warp-uniform
 #pragma unroll
-          for (int r = 0; r < R; ++r)
-            unit_fma<BITS, M>(xs + unit * C::kUnitCols - col0, span, a.m, v[r][u], k, rec[r][u][k], acc[r]);
+          for (int r = 0; r < R; ++r) {
+            fold(sum[r]);
+            start_run<BITS>(sum[r], cur.rec[r][u][k]);
+          }
+          run_group = grp;
+        }
+        // B fragments of the unit's two k16 blocks: one uint4 per n8 block.
+        uint4 bf[NB];
+        const int pidx = (c - begin) * (C::kBlocks / 2) + k;
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb) {
+          const int n = nb * 8 + g;
+          bf[nb] = n < SR ? xs[(pidx * SR + n) * 4 + tq] : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int kb2 = 0; kb2 < 2; ++kb2) {
+          const int kb = 2 * k + kb2;
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            uint32_t av[4];
+#pragma unroll
+            for (int reg = 0; reg < 4; ++reg) av[reg] = pair_values<BITS>(cur.v[r][u], 4 * kb + reg, sum[r].add[reg]);
+#pragma unroll
+            for (int nb = 0; nb < NB; ++nb)
+              mma(sum[r].run[nb], av, kb2 ? bf[nb].z : bf[nb].x, kb2 ? bf[nb].w : bf[nb].y);
+          }
+        }
+      }
+    }
+    cur = nxt;
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) fold(sum[r]);
+
+  // Lane (g, t) holds columns n = 8 nb + 2t + {0, 1} of rows g, g + 8: y of x row i = column i (hi)
+  // + column i + M (lo). M <= 4: the lo columns sit in lane t ^ (M / 2) (M = 1: in the same lane).
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = g + 8 * (e / 2);
+      if constexpr (NB == 1) {
+        if constexpr (M == 1) {
+          if (tq == 0 && e % 2 == 0) part[warp][r][0][row] = sum[r].acc[0][e] + sum[r].acc[0][e + 1];
+        } else {
+          const float lo = __shfl_xor_sync(0xffffffffu, sum[r].acc[0][e], M / 2);
+          const int i = 2 * tq + e % 2;
+          if (i < M) part[warp][r][i][row] = sum[r].acc[0][e] + lo;
+        }
+      } else {
+#pragma unroll
+        for (int nb = 0; nb < NB / 2; ++nb)
+          part[warp][r][nb * 8 + 2 * tq + e % 2][row] = sum[r].acc[nb][e] + sum[r].acc[nb + NB / 2][e];
       }
     }
   }
-
-  // The block's sums: warp w finishes x rows w, w + 4, ... (the 4 warps' parts in order).
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int i = 0; i < M; ++i) part[warp][r][i][lane] = acc[r][i];
   __syncthreads();
-  // ks > 1: this item's partial sums [ks][R][kMaxM][32] and x^2 sums [ks][kMaxM] in scratch.
-  const int64_t sums = a.items * a.ks * (R * kMaxM * 32);
-  float* const partial = a.ks == 1 ? nullptr : a.partial + item * a.ks * (R * kMaxM * 32);
+  // One thread per (x row i, row of the item): o = i * kItemRows + warp * 16 + row. The block's x^2
+  // sum of row i: its warps' parts in order.
+  // ks > 1: this item's partial sums [ks][R][kMaxM][kItemRows] and x^2 sums [ks][kMaxM] in scratch.
+  const int64_t sums = a.items * a.ks * (R * kMaxM * kItemRows);
+  float* const partial = a.ks == 1 ? nullptr : a.partial + item * a.ks * (R * kMaxM * kItemRows);
   float* const ss_out = a.ks == 1 ? nullptr : a.partial + sums + item * a.ks * kMaxM;
-  for (int i = warp; i < a.m; i += kWarps) {
-    float val[R], ss = 0.f;
+  const bool has_norm = a.norm != nullptr;
+  auto block_ss = [&](int i) {
+    float ss = 0.f;
+    if (has_norm)
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      val[r] = 0.f;
+      for (int w = 0; w < kWarps; ++w) ss += ss_part[w][i];
+    return ss;
+  };
+  for (int o = static_cast<int>(threadIdx.x); o < a.m * kItemRows; o += kThreads) {
+    const int i = o / kItemRows, w = o % kItemRows / kRows, row = o % kRows;
+    float val[R];
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) val[r] += part[w][r][i][lane];
-    }
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) ss += ss_part[w][i];
+    for (int r = 0; r < R; ++r) val[r] = part[w][r][i][row];
     if (a.ks == 1) {
-      finish<R>(a, t, lane, i, val, ss);
+      bool valid;
+      const Tiles<R> tw = tiles_of<BITS, R>(a, item, w, 0, valid);
+      if (valid) finish<R>(a, tw, row, i, val, block_ss(i));
     } else {
 #pragma unroll
-      for (int r = 0; r < R; ++r) __stcg(partial + (ks * R + r) * (kMaxM * 32) + i * 32 + lane, val[r]);
-      if (lane == 0) __stcg(ss_out + ks * kMaxM + i, ss);
+      for (int r = 0; r < R; ++r) __stcg(partial + (ks * R + r) * (kMaxM * kItemRows) + o, val[r]);
+      if (o % kItemRows == 0) __stcg(ss_out + ks * kMaxM + i, block_ss(i));
     }
   }
   if (a.ks == 1) return;
@@ -450,69 +569,74 @@ __global__ void __launch_bounds__(kThreads, Cfg<M, R>::min_blocks) gemv_kernel(c
   __threadfence();
   // Every slot read is zeroed again: the whole scratch is back at zero for the next launch, whatever
   // its shape (another launch's counters may lie where these partial sums were).
-  for (int i = warp; i < a.m; i += kWarps) {
+  constexpr int kBurst = 8;  // partial sums loaded at once (independent L2 reads), then added in order
+  for (int o = static_cast<int>(threadIdx.x); o < a.m * kItemRows; o += kThreads) {
+    const int i = o / kItemRows, w = o % kItemRows / kRows, row = o % kRows;
     float val[R], ss = 0.f;
 #pragma unroll
     for (int r = 0; r < R; ++r) val[r] = 0.f;
-    for (int k = 0; k < a.ks; ++k) {
+    for (int k0 = 0; k0 < a.ks; k0 += kBurst) {
+      float pv[kBurst][R], sv[kBurst];
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        float* p = partial + (k * R + r) * (kMaxM * 32) + i * 32 + lane;
-        val[r] += __ldcg(p);
-        __stcg(p, 0.f);
+      for (int d = 0; d < kBurst; ++d) {
+        const int k = k0 + d < a.ks ? k0 + d : a.ks - 1;
+#pragma unroll
+        for (int r = 0; r < R; ++r) pv[d][r] = __ldcg(partial + (k * R + r) * (kMaxM * kItemRows) + o);
+        sv[d] = has_norm ? __ldcg(ss_out + k * kMaxM + i) : 0.f;
       }
-      ss += __ldcg(ss_out + k * kMaxM + i);
+#pragma unroll
+      for (int d = 0; d < kBurst; ++d)
+        if (k0 + d < a.ks) {
+#pragma unroll
+          for (int r = 0; r < R; ++r) val[r] += pv[d][r];
+          ss += sv[d];
+        }
     }
-    __syncwarp();
-    if (lane == 0)
-      for (int k = 0; k < a.ks; ++k) __stcg(ss_out + k * kMaxM + i, 0.f);
-    finish<R>(a, t, lane, i, val, ss);
+    for (int k = 0; k < a.ks; ++k)
+#pragma unroll
+      for (int r = 0; r < R; ++r) __stcg(partial + (k * R + r) * (kMaxM * kItemRows) + o, 0.f);
+    bool valid;
+    const Tiles<R> tw = tiles_of<BITS, R>(a, item, w, 0, valid);
+    if (valid) finish<R>(a, tw, row, i, val, ss);
   }
+  __syncthreads();  // every thread has read the x^2 sums before they are zeroed
+  for (int o = static_cast<int>(threadIdx.x); o < a.ks * a.m; o += kThreads)
+    __stcg(ss_out + (o / a.m) * kMaxM + o % a.m, 0.f);
 }
 
-// Dense f16 [n_out][n_in] (original column order): one thread per stored chunk.
+// Dense f16 [n_out][n_in] (original column order): one thread per stored chunk (16 rows' lane l).
 template <int BITS>
 __global__ void __launch_bounds__(256) dequant_kernel(const Mat mt, const Geo g, int64_t slots, __half* out) {
   using C = Codec<BITS>;
-  constexpr uint32_t magic = 0x64006400u;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < slots;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t tc = idx / L::kTileRows, tile = tc / g.chunks;
-    const int c = static_cast<int>(tc % g.chunks), lane = static_cast<int>(idx % L::kTileRows);
-    const int64_t row = tile * L::kTileRows + lane;
-    if (row >= mt.n_out) continue;
+    const int64_t tc = idx / 32, tile = tc / g.chunks;
+    const int c = static_cast<int>(tc % g.chunks), lane = static_cast<int>(idx % 32);
     Chunk ch;
     ch.lo = mt.codes[idx];
     if constexpr (C::kHi) ch.hi = mt.hi[idx];
-    __half* orow = out + row * g.n_in;
 #pragma unroll
     for (int k = 0; k < C::kUnits; ++k) {
       const int unit = c * C::kUnits + k;
       if (unit >= g.units) continue;
-      const uint32_t rec = mt.recs[(tile * g.groups + group_of<BITS>(g, unit)) * L::kTileRows + lane];
-      uint32_t zc[C::kClasses];
-      class_addends<BITS>(rec, zc);
-      const float s = scale_of(rec);
+      const uint2 rec = mt.recs[(tile * g.groups + group_of(g, unit)) * 8 + lane / 4];
 #pragma unroll
-      for (int e = 0; e < C::kUnitCols / 8; ++e) {  // 8 columns: two quads
-        uint32_t hw[4];
-#pragma unroll
-        for (int d = 0; d < 2; ++d) {
-          float w[4];
-          quad_values<BITS>(ch, k, 2 * e + d, zc, magic, w);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {  // s * (c - zero) is exact in f32: one rounding to f16
-            const __half2 p = __floats2half2_rn(s * w[2 * h], s * w[2 * h + 1]);
-            hw[2 * d + h] = *reinterpret_cast<const uint32_t*>(&p);
-          }
-        }
-        const int col = unit * C::kUnitCols + 8 * e;
+      for (int q = 8 * k; q < 8 * k + 8; ++q) {  // the unit's two k16 blocks
+        const int reg = q % 4;
+        const uint32_t rr = reg & 1 ? rec.y : rec.x;
+        const float s = scale_of(rr);
+        const float2 w = h2_to_f2(pair_values<BITS>(ch, q, class_addend<BITS>(rr, L::class_of_reg(BITS, reg))));
+        const int64_t row = tile * kRows + L::row_of(lane, q);
+        if (row >= mt.n_out) continue;
+        const int col = c * C::kSpan + L::col_of(lane, q, 0);
+        // s * (c - zero) is exact in f32: one rounding to f16.
+        const __half lo = __float2half_rn(s * w.x), hi = __float2half_rn(s * w.y);
+        __half* orow = out + row * g.n_in;
         if (mt.perm == nullptr) {
-          *reinterpret_cast<uint4*>(orow + col) = make_uint4(hw[0], hw[1], hw[2], hw[3]);
+          *reinterpret_cast<__half2*>(orow + col) = __halves2half2(lo, hi);
         } else {
-#pragma unroll
-          for (int j = 0; j < 8; ++j)
-            orow[mt.perm[col + j]] = __ushort_as_half(static_cast<unsigned short>(hw[j / 2] >> (16 * (j % 2))));
+          orow[mt.perm[col]] = lo;
+          orow[mt.perm[col + 1]] = hi;
         }
       }
     }
@@ -536,7 +660,7 @@ Status make_mat(const PackedWeight& w, const void* w_dev, const std::string& f, 
   const auto* base = static_cast<const uint8_t*>(w_dev);
   mt.codes = reinterpret_cast<const uint4*>(base + g.codes);
   mt.hi = reinterpret_cast<const uint2*>(base + g.hi);
-  mt.recs = reinterpret_cast<const uint32_t*>(base + g.recs);
+  mt.recs = reinterpret_cast<const uint2*>(base + g.recs);
   mt.perm = w.has_perm ? reinterpret_cast<const int32_t*>(base + g.perm) : nullptr;
   mt.n_out = w.n_out;
   geo.n_in = static_cast<int>(w.n_in);
@@ -548,15 +672,14 @@ Status make_mat(const PackedWeight& w, const void* w_dev, const std::string& f, 
   return Status::ok();
 }
 
-// The k-split of `items` items of `chunks` chunks of `cols` columns: about kBlocksPerSm blocks per
+// The k-split of `items` items over `chunks` chunks of `cols` columns: about kBlocksPerSm blocks per
 // SM and staged ranges of about 1024 columns, while every warp keeps at least one full batch
-// (`loads` chunks). Depends on the shape and the device only. (Capping the blocks at one wave
-// measured slower.)
+// (`loads` chunks). Depends on the shape and the device only.
 struct Split {
-  int ks, cpw;
+  int ks, cpb;
 };
 Split pick_split(int64_t items, int chunks, int cols, int loads, int sms) {
-  const int64_t max_ks = std::max<int64_t>(1, chunks / (kWarps * loads));
+  const int64_t max_ks = std::max(1, chunks / loads);
   static const int per_sm = [] {  // LITHE_GEMV_BLOCKS_PER_SM: a tuning knob for benchmarks
     const char* e = std::getenv("LITHE_GEMV_BLOCKS_PER_SM");
     const int v = e != nullptr ? std::atoi(e) : 0;
@@ -566,8 +689,8 @@ Split pick_split(int64_t items, int chunks, int cols, int loads, int sms) {
                                          detail::ceil_div(int64_t{chunks} * cols, 1024));
   Split sp;
   sp.ks = static_cast<int>(std::clamp<int64_t>(want, 1, max_ks));
-  sp.cpw = static_cast<int>(detail::ceil_div(chunks, int64_t{kWarps} * sp.ks));
-  sp.ks = static_cast<int>(detail::ceil_div(chunks, int64_t{kWarps} * sp.cpw));  // no empty blocks
+  sp.cpb = static_cast<int>(detail::ceil_div(chunks, sp.ks));
+  sp.ks = static_cast<int>(detail::ceil_div(chunks, sp.cpb));  // no empty blocks
   return sp;
 }
 
@@ -575,7 +698,8 @@ template <int BITS, int M, int R, bool PERM>
 Status launch(const Args& a, Stream s) {
   static std::atomic<uint64_t> opted{0};
   auto* kernel = gemv_kernel<BITS, M, R, PERM>;
-  const size_t smem = static_cast<size_t>(a.m) * kWarps * a.cpw * Codec<BITS>::kCols * sizeof(float);
+  // B fragments: span / 32 k16-block pairs x 2M rows x 4 quads x 16 bytes.
+  const size_t smem = static_cast<size_t>(a.cpb) * Codec<BITS>::kSpan / 32 * (2 * M) * 4 * 16;
   LITHE_TRY(detail::allow_smem(kernel, opted, smem, "gq gemv_kernel"));
   detail::launch_pdl(kernel, dim3(static_cast<unsigned>(a.items * a.ks)), dim3(kThreads), smem, s, a);
   return detail::launched("gq gemv_kernel");
@@ -586,7 +710,8 @@ Status launch_m(const Args& a, Stream s) {
   if (a.m == 1) return launch<BITS, 1, R, PERM>(a, s);
   if (a.m == 2) return launch<BITS, 2, R, PERM>(a, s);
   if (a.m <= 4) return launch<BITS, 4, R, PERM>(a, s);
-  return launch<BITS, 8, R, PERM>(a, s);
+  if (a.m <= 8) return launch<BITS, 8, R, PERM>(a, s);
+  return launch<BITS, 16, R, PERM>(a, s);
 }
 
 template <int BITS>
@@ -596,8 +721,8 @@ Status launch_kind(const Args& a, Stream s) {
   return launch_m<BITS, 1, false>(a, s);
 }
 
-// Items of a launch (swiglu: the gate's tiles), its split and its scratch: [items] u32 counters
-// (padded to 256 bytes), then the partial sums (Args::partial); none when ks == 1.
+// Tiles and items of a launch (swiglu: the gate's tiles), its split and its scratch: [items] u32
+// counters (padded to 256 bytes), then the partial sums (Args::partial); none when ks == 1.
 struct Plan {
   int64_t items = 0;
   Split split{1, 1};
@@ -606,13 +731,14 @@ struct Plan {
 Plan plan_of(const GemvOut* outs, int n_outs, Epilogue e, int sms) {
   Plan p;
   const int R = e == Epilogue::swiglu ? 2 : 1;
-  for (int j = 0; j < (R == 2 ? 1 : n_outs); ++j) p.items += detail::ceil_div(outs[j].w->n_out, L::kTileRows);
+  for (int j = 0; j < (R == 2 ? 1 : n_outs); ++j)
+    p.items += detail::ceil_div(detail::ceil_div(outs[j].w->n_out, L::kTileRows), kWarps);
   const PackedWeight& w = *outs[0].w;
   const L::Geometry g = L::geometry(w.fmt, w.n_out, w.n_in, w.has_perm);
-  p.split = pick_split(p.items, static_cast<int>(g.chunks), L::chunk_cols(w.fmt.bits), loads_of(w.fmt.bits), sms);
+  p.split = pick_split(p.items, static_cast<int>(g.chunks), L::chunk_span(w.fmt.bits), loads_of(w.fmt.bits), sms);
   if (p.split.ks > 1) {
     p.counter_bytes = (p.items * 4 + 255) / 256 * 256;
-    p.scratch_bytes = p.counter_bytes + p.items * p.split.ks * (R * kMaxM * 32 + kMaxM) * 4;
+    p.scratch_bytes = p.counter_bytes + p.items * p.split.ks * (R * kMaxM * kItemRows + kMaxM) * 4;
   }
   return p;
 }
@@ -684,7 +810,7 @@ Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue
   int64_t item0 = 0;
   for (int j = 0; j < n_outs; ++j) {
     a.mat[j].item0 = e == Epilogue::swiglu ? 0 : item0;
-    item0 += detail::ceil_div(outs[j].w->n_out, L::kTileRows);
+    item0 += detail::ceil_div(detail::ceil_div(outs[j].w->n_out, L::kTileRows), kWarps);
   }
   const int64_t need = p.scratch_bytes;
   if (need > 0 && (scratch == nullptr || scratch_bytes < need || !aligned(scratch, 256)))
@@ -693,7 +819,7 @@ Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue
   a.n_mats = n_outs;
   a.items = p.items;
   a.ks = p.split.ks;
-  a.cpw = p.split.cpw;
+  a.cpb = p.split.cpb;
   a.x = x;
   a.norm = norm.w;
   a.eps = norm.eps;
@@ -725,7 +851,7 @@ Status gemv_dequantize_f16(const PackedWeight& w, const void* w_dev, void* out, 
   LITHE_TRY(make_mat(w, w_dev, f, mt, g));
   if (out == nullptr || !aligned(out, 16))
     return bad_arg(f + "out = " + ptr_str(out) + " is null or not 16-byte aligned");
-  const int64_t slots = detail::ceil_div(w.n_out, L::kTileRows) * g.chunks * L::kTileRows;
+  const int64_t slots = detail::ceil_div(w.n_out, L::kTileRows) * g.chunks * 32;
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(detail::ceil_div(slots, 256), 8192))), block(256);
   auto* o = static_cast<__half*>(out);
   switch (w.fmt.bits) {

@@ -48,29 +48,26 @@ Result<PackedHost> pack_gemv(const gq::Matrix& m) {
     w |= v << bit;
     std::memcpy(word, &w, 4);
   };
-  const int cc = L::chunk_cols(bits);
+  const int span = L::chunk_span(bits);
   for (int64_t r = 0; r < m.n_out; ++r) {
-    const int64_t tile = r / L::kTileRows, rl = r % L::kTileRows;
+    const int64_t tile = r / L::kTileRows;
+    const int rl = static_cast<int>(r % L::kTileRows);
     const uint8_t* codes = &m.codes[static_cast<size_t>(r * m.n_in)];
-    for (int64_t c = 0; c < g.chunks; ++c) {
-      const int64_t slot = (tile * g.chunks + c) * L::kTileRows + rl;
-      uint8_t* lo = base + g.codes + slot * 16;
-      uint8_t* hi = base + g.hi + slot * 8;
-      for (int q = 0; q < cc / 2; ++q)
-        for (int h = 0; h < 2; ++h) {
-          const int64_t col = c * cc + 2 * q + h;
-          if (col >= m.n_in) continue;  // padding of the last chunk
-          const uint32_t code = codes[col];
-          or_bits(lo + 4 * L::lo_word(bits, q), bits == 3 ? code & 3u : code, L::lo_bit(bits, q, h));
-          if (bits == 3) or_bits(hi + 4 * L::hi_word(q), code >> 2, L::hi_bit(q, h));
-        }
+    for (int64_t col = 0; col < m.n_in; ++col) {
+      const int64_t c = col / span;
+      const int cs = static_cast<int>(col % span);
+      const int lane = L::lane_at(rl, cs), q = L::pair_at(rl, cs), h = L::half_at(cs);
+      const int64_t slot = (tile * g.chunks + c) * 32 + lane;
+      const uint32_t code = codes[col];
+      or_bits(base + g.codes + slot * 16 + 4 * L::lo_word(bits, q), bits == 3 ? code & 3u : code, L::lo_bit(bits, q, h));
+      if (bits == 3) or_bits(base + g.hi + slot * 8 + 4 * L::hi_word(q), code >> 2, L::hi_bit(q, h));
     }
     const int64_t G = g.groups;
-    for (int64_t k = 0; k < G; ++k) {
+    for (int64_t k = 0; k < G; ++k) {  // record of row rl at [tile][k][rl % 8][rl / 8]
       const size_t gi = static_cast<size_t>(r * G + k);
       const uint32_t zc = f32_to_f16(-(1024.0f + static_cast<float>(m.zeros[gi])));
       const uint32_t rec = static_cast<uint32_t>(m.scales[gi]) | zc << 16;
-      std::memcpy(base + g.recs + ((tile * G + k) * L::kTileRows + rl) * 4, &rec, 4);
+      std::memcpy(base + g.recs + ((tile * G + k) * L::kTileRows + 2 * (rl % 8) + rl / 8) * 4, &rec, 4);
     }
   }
   if (has_perm) std::memcpy(base + g.perm, m.perm.data(), m.perm.size() * 4);

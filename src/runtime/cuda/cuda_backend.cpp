@@ -83,7 +83,7 @@ bool norm_folds(const Tensor& w, int64_t m, const Tensor& x) {
   return matvec_path(w, m) && reinterpret_cast<uintptr_t>(x.data()) % 16 == 0;
 }
 // Whether gq weights ws run as one launch of the GEMV kernel with epilogue e (and a folded norm):
-// m <= 8, all in the GEMV layout with one format, n_in and act-order; swiglu: gate and up of equal
+// m <= kGemvMaxRows (16), all in the GEMV layout with one format, n_in and act-order; swiglu: gate and up of equal
 // n_out without act-order.
 bool gemv_fuses(std::span<const Tensor* const> ws, int64_t m, cuda::Epilogue e) {
   if (m > cuda::kGemvMaxRows || ws.empty() || ws.size() > 3) return false;
@@ -99,7 +99,7 @@ bool gemv_fuses(std::span<const Tensor* const> ws, int64_t m, cuda::Epilogue e) 
   return e == cuda::Epilogue::store || e == cuda::Epilogue::accumulate;
 }
 
-// The layout a gq matrix gets on the GPU. Default: the GEMV layout (batch <= 8 in its own kernel,
+// The layout a gq matrix gets on the GPU. Default: the GEMV layout (batch <= 16 in its own kernel,
 // larger batches through a dense f16 copy and cuBLAS), which measured faster end to end than the
 // Marlin-class GEMM on an H100 at both decode and prefill (bench/RESULTS.md, "Compressed-weight
 // kernels"); LITHE_GQ_KERNEL=marlin picks the Marlin-class GEMM (int4, group 128 or per channel,
@@ -425,7 +425,7 @@ class CudaBackend final : public Backend {
     return Status::ok();
   }
 
-  // project() for gq weights: one GEMV launch for all of ws where gemv_fuses (m <= 8; the
+  // project() for gq weights: one GEMV launch for all of ws where gemv_fuses (m <= 16; the
   // epilogue and a folded norm included); otherwise (store or accumulate) one matrix at a time: the
   // Marlin-class GEMM, or the GEMV kernel, or (GEMV layout, larger m) a dense f16 copy and cuBLAS.
   Status project_gq(std::span<const Tensor* const> ws, std::span<Tensor*> ys, const Tensor& x, int64_t m,

@@ -73,8 +73,8 @@ static_assert(kMaxM == kGemvMaxRows, "scratch is laid out for kGemvMaxRows rows 
 // batch is multiplied and the next one loads.
 constexpr int loads_of(int bits) { return bits == 2 || bits == 3 ? 2 : 4; }
 
-// Occupancy asked of ptxas, in blocks of 256 threads per SM (3: <= 80 registers, 2: <= 128,
-// 1: <= 255), the tightest that does not spill (ptxas -v, sm_90a).
+// Occupancy asked of ptxas, in blocks of 256 threads per SM (2: <= 128 registers, 1: <= 255). The
+// kernels need 94-128 registers, M = 16 128-182 (ptxas -v, sm_90a; <4, 8, 2> spills 8 bytes).
 template <int M, int R>
 struct Cfg {
   static constexpr int min_blocks = M == 16 ? 1 : 2;

@@ -50,7 +50,7 @@ case "${1:-}" in
           --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
           --section MemoryWorkloadAnalysis --section SchedulerStats --metrics "$STALLS" \
           $B/bin/bench_cuda_gq_gemv --quick > "$OUT/ncu_$2.txt" 2>&1
-      grep -E "gemv_kernel|matvec_kernel|Duration|DRAM Throughput|Achieved Occupancy|Theoretical Occ|Registers Per|No Eligible|Warp Cycles Per Issued|Grid Size|Eligible Warps|Active Warps Per|Executed Ipc A|stall|Stall" "$OUT/ncu_$2.txt" | head -40
+      grep -E "gemv_kernel|matvec_kernel|Duration|DRAM Throughput|Achieved Occupancy|Theoretical Occ|Registers Per|No Eligible|Warp Cycles Per Issued|Grid Size|Eligible Warps|Active Warps Per|Executed Ipc A|stall|Stall|inst_executed" "$OUT/ncu_$2.txt" | head -40
       shift 2
     done
     ;;

@@ -502,13 +502,18 @@ TEST_F(CudaGqGemv, UnsupportedShapesAndArgumentErrorsNameTheValue) {
   ASSERT_TRUE(w.dev != nullptr);
   DevMem x(9 * 256 * 4 + 16), y(9 * 64 * 4);
   const PackedWeight& d = w.host.desc;
-  const cuda::GemvOut out{&d, w.dev->p, nullptr};
+  const cuda::GemvOut out{&d, w.dev->p, nullptr}, out_y{&d, w.dev->p, y.as<float>()};
   const Scratch sc(&out, 1, cuda::Epilogue::store);
   void* scr = sc.mem.p;
   const int64_t sb = sc.bytes;
   expect_err(cuda::gemv_linear(d, w.dev->p, x.as<float>(), 17, y.as<float>(), false, scr, sb, stream_), "m = 17");
   expect_err(cuda::gemv_linear(d, w.dev->p, x.as<float>(), 0, y.as<float>(), false, scr, sb, stream_), "m = 0");
   expect_err(cuda::gemv_linear(d, w.dev->p, nullptr, 1, y.as<float>(), false, scr, sb, stream_), "x = ");
+  expect_err(cuda::gemv_linear(d, w.dev->p, x.as<float>() + 1, 1, y.as<float>(), false, scr, sb, stream_),
+             "not 8-byte aligned");
+  expect_err(cuda::gemv(&out_y, 1, x.as<float>(), 1, cuda::Epilogue::store, scr, sb, stream_,
+                        cuda::MatvecNorm{x.as<float>() + 1, 1e-5f}),
+             "norm.w = ");
   expect_err(cuda::gemv_linear(d, w.dev->p, x.as<float>(), 1, nullptr, false, scr, sb, stream_), "y = ");
   expect_err(cuda::gemv_linear(d, w.dev->p, x.as<float>(), 2, x.as<float>() + 100, false, scr, sb, stream_), "overlaps");
   expect_err(cuda::gemv_linear(d, nullptr, x.as<float>(), 1, y.as<float>(), false, scr, sb, stream_), "w_dev");

@@ -75,10 +75,7 @@ constexpr int loads_of(int bits) { return bits == 2 || bits == 3 ? 2 : 4; }
 
 // Occupancy asked of ptxas, in blocks of 256 threads per SM (2: <= 128 registers, 1: <= 255). The
 // kernels need 94-128 registers, M = 16 128-182 (ptxas -v, sm_90a; <4, 8, 2> spills 8 bytes).
-template <int M, int R>
-struct Cfg {
-  static constexpr int min_blocks = M == 16 ? 1 : 2;
-};
+constexpr int min_blocks_of(int m) { return m == 16 ? 1 : 2; }
 constexpr int kBlocksPerSm = 2;  // blocks per SM the k-split aims at (about one wave: 2, 4, 8 measured, H100)
 
 // One matrix: its sections on the device and its output.
@@ -231,7 +228,7 @@ __device__ __forceinline__ int group_of(const Geo& g, int unit) {
   return static_cast<int>(g.gmagic ? __umulhi(u, g.gmagic) : u);
 }
 
-// The tiles of one item: R lane pointers into codes / hi / recs, the output of each.
+// One warp's tile (swiglu: gate's and up's): R lane pointers into codes / hi / recs, the output of each.
 template <int R>
 struct Tiles {
   const uint4* cp[R];
@@ -400,7 +397,7 @@ __device__ __forceinline__ void stage_x(const Args& a, const int32_t* perm, int 
 // (b0b1, b2b3) of block 2p, then of block 2p + 1.
 // PERM: act-order (x gathered by the matrix's perm). R = 2: swiglu over two tiles per warp.
 template <int BITS, int M, int R, bool PERM>
-__global__ void __launch_bounds__(kThreads, Cfg<M, R>::min_blocks) gemv_kernel(const Args a) {
+__global__ void __launch_bounds__(kThreads, min_blocks_of(M)) gemv_kernel(const Args a) {
   using C = Codec<BITS>;
   constexpr int U = loads_of(BITS) / R;
   constexpr int SR = 2 * M;                 // B rows: hi of x rows 0..M-1, then lo
@@ -789,9 +786,12 @@ Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue
                    (outs[0].w->has_perm ? " (act-order)" : ""));
   if (m < 1 || m > kGemvMaxRows)
     return bad_arg(f + "m = " + std::to_string(m) + " is not in 1.." + std::to_string(kGemvMaxRows));
-  if (x == nullptr || !aligned(x, 4)) return bad_arg(f + "x = " + ptr_str(x) + " is null or not 4-byte aligned");
+  // x and the norm weight are read as column pairs (float2; n_in is even).
+  if (x == nullptr || !aligned(x, 8)) return bad_arg(f + "x = " + ptr_str(x) + " is null or not 8-byte aligned");
   if (norm.w != nullptr && !(norm.eps >= 0.0f))
     return bad_arg(f + "norm.eps = " + std::to_string(norm.eps) + " must be >= 0");
+  if (norm.w != nullptr && !aligned(norm.w, 8))
+    return bad_arg(f + "norm.w = " + ptr_str(norm.w) + " is not 8-byte aligned");
   const int n_y = e == Epilogue::swiglu ? 1 : n_outs;
   for (int j = 0; j < n_y; ++j) {
     float* y = outs[j].y;

@@ -204,6 +204,19 @@ Result<KvCache> Model::new_cache(const CacheSpec& spec, int64_t ctx, DType kv_dt
   return make_cache(spec, config_.n_layers, ctx, config_.kv_dim(), kv_dtype, backend_->device());
 }
 
+Result<std::shared_ptr<KvPool>> Model::new_kv_pool(int64_t num_blocks, int64_t block_size, DType kv_dtype) {
+  return KvPool::create(config_.n_layers, num_blocks, block_size, config_.kv_dim(), kv_dtype, backend_->device());
+}
+
+Result<KvCache> Model::new_cache(const CacheSpec& spec, int64_t ctx, std::shared_ptr<KvPool> pool) {
+  if (pool != nullptr && (pool->n_layers() != config_.n_layers || pool->kv_dim() != config_.kv_dim() ||
+                          pool->device() != backend_->device()))
+    return error(StatusCode::invalid_argument, "KV pool of {} layers x {} on {} does not fit this model ({} x {} on {})",
+                 pool->n_layers(), pool->kv_dim(), device_name(pool->device()), config_.n_layers, config_.kv_dim(),
+                 device_name(backend_->device()));
+  return make_paged_cache(spec, ctx, std::move(pool));
+}
+
 Status Model::ensure_workspace(int64_t m, int64_t out_rows) {
   const ModelConfig& c = config_;
   if (m > ws_rows_) {

@@ -32,17 +32,30 @@ Result<ModelConfig> synthetic_config(std::string_view name) {
 }
 
 Result<std::unique_ptr<Model>> Model::synthetic(std::string_view name, std::string_view dtype, Device device,
-                                                uint64_t seed) {
+                                                uint64_t seed, const Model* tokens_of) {
   LITHE_ASSIGN(ModelConfig c, synthetic_config(name));
+  if (tokens_of != nullptr) {
+    if (!tokens_of->has_tokenizer())
+      return error(StatusCode::invalid_argument, "{} has no tokenizer to lend the synthetic model", tokens_of->path());
+    c.vocab_size = tokens_of->config().vocab_size;
+    c.eos_ids = tokens_of->config().eos_ids;
+  }
+  std::unique_ptr<Model> m;
   if (dtype.starts_with("int")) {
     LITHE_ASSIGN(QuantFormat f, gq::parse_format(dtype));
-    return synthetic(c, DType::f16, device, seed, &f);
+    LITHE_ASSIGN(m, synthetic(c, DType::f16, device, seed, &f));
+  } else {
+    const auto dt = dtype_from_name(dtype);
+    if (!dt)
+      return error(StatusCode::invalid_argument, "--dtype '{}' is not a dtype: use f16, bf16, f32 or a gq format such "
+                   "as int4-g128", dtype);
+    LITHE_ASSIGN(m, synthetic(c, *dt, device, seed));
   }
-  const auto dt = dtype_from_name(dtype);
-  if (!dt)
-    return error(StatusCode::invalid_argument, "--dtype '{}' is not a dtype: use f16, bf16, f32 or a gq format such "
-                 "as int4-g128", dtype);
-  return synthetic(c, *dt, device, seed);
+  if (tokens_of != nullptr) {
+    LITHE_ASSIGN(m->tokenizer_, Tokenizer::create(tokens_of->tokenizer().spec()));
+    m->chat_template_ = tokens_of->chat_template();
+  }
+  return m;
 }
 
 Result<std::unique_ptr<Model>> Model::synthetic(const ModelConfig& config, DType dtype, Device device, uint64_t seed,

@@ -44,6 +44,13 @@ Status validate_cache_spec(const CacheSpec& spec, int64_t max_context, std::stri
   return Status::ok();
 }
 
+namespace {
+Status not_a_cache() {
+  return error(StatusCode::invalid_argument,
+               "--cache recompute is an evaluation mode of perplexity --stream, not a cache: use full, window or sink");
+}
+}  // namespace
+
 Result<KvCache> make_cache(const CacheSpec& spec, int64_t n_layers, int64_t ctx, int64_t kv_dim, DType dtype,
                            Device device) {
   switch (spec.policy) {
@@ -52,8 +59,17 @@ Result<KvCache> make_cache(const CacheSpec& spec, int64_t n_layers, int64_t ctx,
     case CachePolicy::sink: return KvCache::create_rolling(n_layers, spec.sinks, spec.window, kv_dim, dtype, device);
     case CachePolicy::recompute: break;
   }
-  return error(StatusCode::invalid_argument,
-               "--cache recompute is an evaluation mode of perplexity --stream, not a cache: use full, window or sink");
+  return not_a_cache();
+}
+
+Result<KvCache> make_paged_cache(const CacheSpec& spec, int64_t ctx, std::shared_ptr<KvPool> pool) {
+  switch (spec.policy) {
+    case CachePolicy::full: return KvCache::create_paged(std::move(pool), ctx);
+    case CachePolicy::window: return KvCache::create_paged_rolling(std::move(pool), 0, spec.window);
+    case CachePolicy::sink: return KvCache::create_paged_rolling(std::move(pool), spec.sinks, spec.window);
+    case CachePolicy::recompute: break;
+  }
+  return not_a_cache();
 }
 
 }  // namespace lithe

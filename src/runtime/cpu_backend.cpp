@@ -86,11 +86,12 @@ class CpuBackend final : public Backend {
   Status attention(KvCache& cache, int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t m,
                    const int32_t* q_pos, const int64_t* slots, const AttentionShape& shape, Tensor& out) override {
     LITHE_TRY(store(cache, layer, k, v, m, slots));
-    return attend(cache, q, m, q_pos, cache.k(layer).data(), cache.v(layer).data(), cache.dtype(), shape, out);
+    return attend(cache, q, m, q_pos, cache.k(layer).data(), cache.v(layer).data(), cache.dtype(), cache.pages(),
+                  shape, out);
   }
 
   // Keys are stored as they come; the scanned slots' keys are rotated into a scratch copy at their
-  // slots' positions (an f16 cache's values converted beside them), then attended to.
+  // slots' positions (the values copied beside them when they are f16 or paged), then attended to.
   Status pre_rope_attention(KvCache& cache, int64_t layer, Tensor& q, const Tensor& k, const Tensor& v, int64_t m,
                             const int32_t* q_pos, const int64_t* slots, const cpu::RopeTable& table,
                             cpu::RopeStyle style, const AttentionShape& shape, Tensor& out) override {
@@ -100,7 +101,7 @@ class CpuBackend final : public Backend {
     rot_pos_.assign(cache.positions(), cache.positions() + n);
     for (int32_t& p : rot_pos_) p = p == KvCache::kNoPosition ? 0 : p;  // masked anyway; keeps the table in range
     rot_k_.resize(static_cast<size_t>(n * kv_dim));
-    load_rows(cache.dtype(), cache.k(layer).data(), n * kv_dim, rot_k_.data());
+    load_slots(cache, cache.k(layer), n, rot_k_.data());
     // Positions stay below the cache's capacity, and the table is the model's: its angles are
     // computed once, not per key, layer and step.
     if (angles_inv_freq_ != table.inv_freq || angles_rot_ != table.rot_dim || angles_pos_ < cache.capacity()) {
@@ -112,12 +113,12 @@ class CpuBackend final : public Backend {
     cpu::rope_lookup(rot_k_.data(), n, shape.n_kv_heads, shape.head_dim, rot_pos_.data(), table, angles_.data(),
                      style);
     const void* vals = cache.v(layer).data();
-    if (cache.dtype() != DType::f32) {
+    if (cache.dtype() != DType::f32 || cache.paged()) {
       rot_v_.resize(static_cast<size_t>(n * kv_dim));
-      load_rows(cache.dtype(), vals, n * kv_dim, rot_v_.data());
+      load_slots(cache, cache.v(layer), n, rot_v_.data());
       vals = rot_v_.data();
     }
-    return attend(cache, q, m, q_pos, rot_k_.data(), vals, DType::f32, shape, out);
+    return attend(cache, q, m, q_pos, rot_k_.data(), vals, DType::f32, KvPages{}, shape, out);
   }
 
   Status to_host(const Tensor& x, int64_t m, float* dst) override {
@@ -127,22 +128,25 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  // Writes the m new K/V rows into the cache slots.
+  // Writes the m new K/V rows into the cache slots (at their rows).
   static Status store(KvCache& cache, int64_t layer, const Tensor& k, const Tensor& v, int64_t m,
                       const int64_t* slots) {
     const int64_t kv_dim = cache.kv_dim();
     LITHE_TRY(check_f32(k, m, kv_dim, "attention k"));
     LITHE_TRY(check_f32(v, m, kv_dim, "attention v"));
+    const KvPages pages = cache.pages();
     for (int64_t i = 0; i < m; ++i) {
-      store_row(cache.dtype(), k.data_as<float>() + i * kv_dim, cache.k(layer), slots[i], kv_dim);
-      store_row(cache.dtype(), v.data_as<float>() + i * kv_dim, cache.v(layer), slots[i], kv_dim);
+      const int64_t row = pages.row(slots[i]);
+      store_row(cache.dtype(), k.data_as<float>() + i * kv_dim, cache.k(layer), row, kv_dim);
+      store_row(cache.dtype(), v.data_as<float>() + i * kv_dim, cache.v(layer), row, kv_dim);
     }
     return Status::ok();
   }
 
-  // Causal attention of q over the cache's scanned slots, K/V read from k / v ([size][kv_dim] dtype).
+  // Causal attention of q over the cache's scanned slots, K/V read from k / v (rows [][kv_dim] of
+  // dtype, slot s at row pages.row(s)).
   static Status attend(const KvCache& cache, const Tensor& q, int64_t m, const int32_t* q_pos, const void* k,
-                       const void* v, DType dtype, const AttentionShape& shape, Tensor& out) {
+                       const void* v, DType dtype, KvPages pages, const AttentionShape& shape, Tensor& out) {
     const int64_t kv_dim = cache.kv_dim();
     if (shape.n_kv_heads * shape.head_dim != kv_dim || q.dim(1) != shape.n_heads * shape.head_dim)
       return error(StatusCode::invalid_argument, "attention: {} heads x {} and {} kv heads do not match q {} / cache {}",
@@ -162,6 +166,7 @@ class CpuBackend final : public Backend {
     a.n_heads = shape.n_heads;
     a.scale = shape.scale;
     a.out = out.data_as<float>();
+    a.pages = pages;
     return cpu::attention(a);
   }
 
@@ -175,11 +180,21 @@ class CpuBackend final : public Backend {
     }
   }
 
-  static void store_row(DType dt, const float* src, Tensor& cache, int64_t slot, int64_t n) {
+  // Slots [0, n) of a cache slab (K or V of one layer) as f32 rows in slot order.
+  static void load_slots(const KvCache& cache, const Tensor& slab, int64_t n, float* dst) {
+    const int64_t kv_dim = cache.kv_dim(), esz = cache.dtype() == DType::f32 ? 4 : 2;
+    if (!cache.paged()) return load_rows(cache.dtype(), slab.data(), n * kv_dim, dst);
+    const KvPages pages = cache.pages();
+    const auto* base = static_cast<const uint8_t*>(slab.data());
+    for (int64_t s = 0; s < n; ++s)
+      load_rows(cache.dtype(), base + pages.row(s) * kv_dim * esz, kv_dim, dst + s * kv_dim);
+  }
+
+  static void store_row(DType dt, const float* src, Tensor& cache, int64_t row, int64_t n) {
     if (dt == DType::f32) {
-      std::memcpy(cache.data_as<float>() + slot * n, src, static_cast<size_t>(n) * sizeof(float));
+      std::memcpy(cache.data_as<float>() + row * n, src, static_cast<size_t>(n) * sizeof(float));
     } else {
-      uint16_t* dst = cache.data_as<uint16_t>() + slot * n;
+      uint16_t* dst = cache.data_as<uint16_t>() + row * n;
       for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_f16(src[i]);
     }
   }

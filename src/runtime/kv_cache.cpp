@@ -5,12 +5,7 @@
 
 namespace lithe {
 
-Result<KvCache> KvCache::create(int64_t n_layers, int64_t capacity, int64_t kv_dim, DType dtype, Device device) {
-  if (dtype != DType::f32 && dtype != DType::f16)
-    return error(StatusCode::invalid_argument, "KV cache dtype {} is not supported: use f32 or f16", dtype_name(dtype));
-  if (n_layers <= 0 || capacity <= 0 || kv_dim <= 0)
-    return error(StatusCode::invalid_argument, "KV cache of {} layers x {} slots x {} is empty", n_layers, capacity,
-                 kv_dim);
+Result<KvCache> KvCache::make(int64_t capacity, int64_t kv_dim, DType dtype, Device device) {
   static std::atomic<uint64_t> next_id{1};
   KvCache c;
   c.id_ = next_id++;
@@ -18,32 +13,46 @@ Result<KvCache> KvCache::create(int64_t n_layers, int64_t capacity, int64_t kv_d
   c.kv_dim_ = kv_dim;
   c.dtype_ = dtype;
   c.pos_.assign(static_cast<size_t>(capacity), 0);
-  // One allocation for all layers (K then V per layer), so a cache that does not fit fails once,
-  // with the allocator's message naming the bytes asked for and the bytes free.
-  const size_t slab = static_cast<size_t>(capacity * kv_dim) * dtype_traits(dtype).block_bytes;
-  auto all = Tensor::empty(dtype, {n_layers * 2, capacity, kv_dim}, device);
-  if (!all) {
-    const double gib = 2.0 * static_cast<double>(n_layers) * static_cast<double>(slab) / (1u << 30);
-    const std::string why = all.status().message();
-    return error(StatusCode::out_of_memory, "KV cache for {} tokens x {} layers ({:.2f} GiB) does not fit: {}{}",
-                 capacity, n_layers, gib, why, why.find("--ctx") == std::string::npos ? "; lower --ctx" : "");
-  }
-  for (int64_t l = 0; l < n_layers; ++l) {
-    LITHE_ASSIGN(Tensor k, Tensor::view(all->buffer(), static_cast<size_t>(2 * l) * slab, dtype, {capacity, kv_dim}));
-    LITHE_ASSIGN(Tensor v, Tensor::view(all->buffer(), static_cast<size_t>(2 * l + 1) * slab, dtype, {capacity, kv_dim}));
-    c.k_.push_back(std::move(k));
-    c.v_.push_back(std::move(v));
-  }
   if (device != Device::cpu) {
     LITHE_ASSIGN(c.pos_dev_, Tensor::empty(DType::i32, {capacity}, device));
   }
   return c;
 }
 
-Result<KvCache> KvCache::create_rolling(int64_t n_layers, int64_t sinks, int64_t window, int64_t kv_dim, DType dtype,
-                                        Device device) {
+Result<KvCache> KvCache::create(int64_t n_layers, int64_t capacity, int64_t kv_dim, DType dtype, Device device) {
+  std::vector<Tensor> k, v;
+  LITHE_TRY(make_kv_slabs(n_layers, capacity, kv_dim, dtype, device, fmt::format("KV cache for {} tokens", capacity),
+                          "lower --ctx", k, v));
+  LITHE_ASSIGN(KvCache c, make(capacity, kv_dim, dtype, device));
+  c.k_ = std::move(k);
+  c.v_ = std::move(v);
+  return c;
+}
+
+Result<KvCache> KvCache::create_paged(std::shared_ptr<KvPool> pool, int64_t capacity) {
+  if (pool == nullptr) return error(StatusCode::invalid_argument, "paged KV cache: no pool");
+  if (capacity < 1 || capacity > (int64_t{1} << 30))
+    return error(StatusCode::invalid_argument, "paged KV cache of {} slots: must be in [1, 2^30]", capacity);
+  LITHE_ASSIGN(KvCache c, make(capacity, pool->kv_dim(), pool->dtype(), pool->device()));
+  for (int64_t l = 0; l < pool->n_layers(); ++l) {
+    c.k_.push_back(pool->k(l));
+    c.v_.push_back(pool->v(l));
+  }
+  c.blocks_ = KvBlockTable(std::move(pool));
+  return c;
+}
+
+namespace {
+Status check_rolling(int64_t sinks, int64_t window) {
   if (sinks < 0) return error(StatusCode::invalid_argument, "--sinks {} must be >= 0", sinks);
   if (window < 1) return error(StatusCode::invalid_argument, "--window {} must be >= 1", window);
+  return Status::ok();
+}
+}  // namespace
+
+Result<KvCache> KvCache::create_rolling(int64_t n_layers, int64_t sinks, int64_t window, int64_t kv_dim, DType dtype,
+                                        Device device) {
+  LITHE_TRY(check_rolling(sinks, window));
   LITHE_ASSIGN(KvCache c, create(n_layers, sinks + window, kv_dim, dtype, device));
   c.rolling_ = true;
   c.sinks_ = sinks;
@@ -51,7 +60,43 @@ Result<KvCache> KvCache::create_rolling(int64_t n_layers, int64_t sinks, int64_t
   return c;
 }
 
+Result<KvCache> KvCache::create_paged_rolling(std::shared_ptr<KvPool> pool, int64_t sinks, int64_t window) {
+  LITHE_TRY(check_rolling(sinks, window));
+  LITHE_ASSIGN(KvCache c, create_paged(std::move(pool), sinks + window));
+  c.rolling_ = true;
+  c.sinks_ = sinks;
+  c.window_ = window;
+  return c;
+}
+
+int64_t KvCache::slots_after(int64_t m) const {
+  if (!rolling_) return std::min(capacity_, size_ + m);
+  // Sinks fill first, then ring slots in order; a ring never reaches past its first unused slot.
+  return std::min(capacity_, std::max(size_, seen_ + m));
+}
+
+int64_t KvCache::max_blocks() const { return paged() ? blocks_.pool()->blocks_for(capacity_) : 0; }
+
+int64_t KvCache::blocks_to_append(int64_t m) const {
+  if (!paged()) return 0;
+  return std::max<int64_t>(0, blocks_.pool()->blocks_for(slots_after(m)) - blocks_.size());
+}
+
+bool KvCache::reserve(int64_t n) {
+  if (!paged()) return true;
+  return blocks_.grow(blocks_.pool()->blocks_for(std::min(n, capacity_)) - blocks_.size());
+}
+
+KvPages KvCache::pages() const {
+  if (!paged()) return {};
+  return {blocks_.ids().data(), static_cast<int32_t>(blocks_.pool()->block_size())};
+}
+
 size_t KvCache::bytes() const {
+  if (paged()) {
+    const KvPool& p = *blocks_.pool();
+    return p.bytes() / static_cast<size_t>(p.num_blocks()) * static_cast<size_t>(blocks_.size());
+  }
   size_t b = 0;
   for (size_t i = 0; i < k_.size(); ++i) b += k_[i].nbytes() + v_[i].nbytes();
   return b;
@@ -59,6 +104,13 @@ size_t KvCache::bytes() const {
 
 Result<std::vector<int64_t>> KvCache::append(const int32_t* pos, int64_t m) {
   std::vector<int64_t> slots(static_cast<size_t>(m));
+  if (paged() && !reserve(slots_after(m))) {
+    const KvPool& p = *blocks_.pool();
+    return error(StatusCode::out_of_memory,
+                 "the KV pool is out of blocks: {} new tokens need {} more blocks of {} tokens, {} of {} are free "
+                 "(start with more --kv-blocks)",
+                 m, blocks_to_append(m), p.block_size(), p.num_free(), p.num_blocks());
+  }
   if (rolling_) {
     if (m > window_)
       return error(StatusCode::invalid_argument,
@@ -96,6 +148,7 @@ Result<std::vector<int64_t>> KvCache::append(const int32_t* pos, int64_t m) {
 
 void KvCache::clear() {
   size_ = seen_ = n_sink_ = head_ = n_win_ = ring_used_ = 0;
+  blocks_.release();
 }
 
 int64_t KvCache::rewind(int64_t n) {

@@ -63,8 +63,8 @@ struct Engine::Seq {
   GenRequest req;
   std::vector<int32_t> tokens;  // prompt + generated; tokens[n_cached..] still to run
   int64_t n_cached = 0;         // tokens whose K/V are in the cache
-  std::vector<int32_t> blocks;  // KV block table (ids from the pool)
-  std::optional<KvCache> cache;  // while admitted
+  std::optional<KvCache> cache;  // while admitted: a paged cache in the pool (its blocks go back with it)
+  int64_t blocks() const { return cache ? static_cast<int64_t>(cache->blocks().size()) : 0; }
   std::optional<std::mt19937_64> rng;  // seeded once; kept through preemption
   std::vector<std::pair<float, int32_t>> scratch;
   std::optional<TextStream> text;
@@ -74,10 +74,16 @@ struct Engine::Seq {
   int64_t chunk = 0;
 };
 
-Engine::Engine(Model& model, const EngineOptions& options, Metrics& metrics)
-    : model_(model), opts_(options), metrics_(metrics), blocks_(options.pool_blocks(), options.block_size) {
-  metrics_.kv_blocks_total = blocks_.num_blocks();
-  metrics_.kv_blocks_free = blocks_.num_free();
+Result<std::shared_ptr<KvPool>> Engine::make_pool(Model& model, const EngineOptions& options) {
+  LITHE_TRY(options.validate());
+  return model.new_kv_pool(options.pool_blocks(), options.block_size, options.kv_dtype);
+}
+
+Engine::Engine(Model& model, const EngineOptions& options, Metrics& metrics, std::shared_ptr<KvPool> pool)
+    : model_(model), opts_(options), metrics_(metrics), pool_(std::move(pool)) {
+  LITHE_CHECK_MSG(pool_ != nullptr && pool_->block_size() == opts_.block_size, "Engine: a pool from Engine::make_pool");
+  metrics_.kv_blocks_total = pool_->num_blocks();
+  metrics_.kv_blocks_free = pool_->num_free();
   if (opts_.min_rows > 0) {
     auto c = model_.new_cache(opts_.min_rows, opts_.kv_dtype);
     if (c) pad_cache_.emplace(std::move(*c));
@@ -99,12 +105,12 @@ Status Engine::check(const GenRequest& req) const {
                  "this model's context is {} tokens, but {} were asked ({} in the prompt + {} max_tokens): shorten the "
                  "prompt or lower max_tokens",
                  opts_.ctx, p + req.max_tokens, p, req.max_tokens);
-  const int64_t need = blocks_.blocks_for(opts_.kv_slots(p + req.max_tokens));
-  if (need > blocks_.num_blocks())
+  const int64_t need = pool_->blocks_for(opts_.kv_slots(p + req.max_tokens));
+  if (need > pool_->num_blocks())
     return error(StatusCode::invalid_argument,
                  "the request needs {} KV blocks of {} tokens but the server's pool has {}: lower max_tokens (or start "
                  "the server with more --kv-blocks)",
-                 need, blocks_.block_size(), blocks_.num_blocks());
+                 need, pool_->block_size(), pool_->num_blocks());
   return req.sampling.validate();
 }
 
@@ -171,9 +177,8 @@ void Engine::loop() {
 }
 
 void Engine::finish(Seq& s, Event ev) {
-  blocks_.release(s.blocks);
-  s.cache.reset();
-  metrics_.kv_blocks_free = blocks_.num_free();  // before the client hears of it
+  s.cache.reset();  // its blocks go back to the pool
+  metrics_.kv_blocks_free = pool_->num_free();  // before the client hears of it
   ev.done = true;
   ev.prompt_tokens = static_cast<int64_t>(s.req.prompt.size());
   ev.completion_tokens = s.generated();
@@ -184,7 +189,6 @@ void Engine::finish(Seq& s, Event ev) {
 
 void Engine::preempt(std::vector<std::unique_ptr<Seq>>::iterator it) {
   Seq& s = **it;
-  blocks_.release(s.blocks);
   s.cache.reset();
   s.n_cached = 0;  // recomputed from its tokens (prompt + generated) when readmitted
   s.chunk = 0;
@@ -223,9 +227,9 @@ bool Engine::step() {
       ++i;
       continue;
     }
-    const int64_t extra = blocks_.blocks_for(opts_.kv_slots(s.n_cached + 1)) - static_cast<int64_t>(s.blocks.size());
+    const int64_t extra = s.cache->blocks_to_append(1);
     bool self_preempted = false;
-    while (extra > blocks_.num_free()) {
+    while (extra > pool_->num_free()) {
       const bool self = running_.size() - 1 == i;
       preempt(running_.end() - 1);
       if (self) {
@@ -234,7 +238,7 @@ bool Engine::step() {
       }
     }
     if (self_preempted) break;  // it was the youngest: every older one is planned
-    blocks_.allocate(extra, s.blocks);
+    s.cache->reserve(s.cache->slots_after(1));
     s.chunk = 1;
     --budget;
     ++i;
@@ -242,7 +246,7 @@ bool Engine::step() {
   // 2. Prompt chunks of sequences already prefilling, then admissions, within the token budget.
   auto plan_chunk = [&](Seq& s) -> int64_t {
     const int64_t todo = static_cast<int64_t>(s.tokens.size()) - s.n_cached;
-    const int64_t have = static_cast<int64_t>(s.blocks.size() + blocks_.num_free()) * blocks_.block_size();
+    const int64_t have = (s.blocks() + pool_->num_free()) * pool_->block_size();
     int64_t room = have - s.n_cached;
     if (opts_.cache.rolling())  // at most its window at once; the whole window once its span has room
       room = have >= opts_.cache.span(opts_.ctx) ? opts_.cache.window : std::min(opts_.cache.window, room);
@@ -252,8 +256,7 @@ bool Engine::step() {
     Seq& s = *sp;
     if (s.chunk > 0 || budget <= 0) continue;
     s.chunk = plan_chunk(s);
-    blocks_.allocate(blocks_.blocks_for(opts_.kv_slots(s.n_cached + s.chunk)) - static_cast<int64_t>(s.blocks.size()),
-                     s.blocks);
+    s.cache->reserve(s.cache->slots_after(s.chunk));
     budget -= s.chunk;
   }
   while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < opts_.max_batch) {
@@ -263,8 +266,7 @@ bool Engine::step() {
     // full): otherwise wait for blocks.
     const bool whole_window = opts_.cache.rolling() && chunk == opts_.cache.window;
     if (chunk == 0 || (chunk < budget && chunk < static_cast<int64_t>(s.tokens.size()) && !whole_window)) break;
-    auto cache = model_.new_cache(opts_.cache, static_cast<int64_t>(s.req.prompt.size()) + s.req.max_tokens,
-                                  opts_.kv_dtype);
+    auto cache = model_.new_cache(opts_.cache, static_cast<int64_t>(s.req.prompt.size()) + s.req.max_tokens, pool_);
     if (!cache) {
       if (!running_.empty()) break;  // memory may come back when others finish
       Event ev;
@@ -280,14 +282,14 @@ bool Engine::step() {
       s.text.emplace(model_.tokenizer(), s.req.stop);
     }
     s.chunk = chunk;
-    blocks_.allocate(blocks_.blocks_for(opts_.kv_slots(chunk)), s.blocks);
+    s.cache->reserve(s.cache->slots_after(chunk));
     budget -= chunk;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
   metrics_.queue_depth = static_cast<int64_t>(waiting_.size());
   metrics_.running = static_cast<int64_t>(running_.size());
-  metrics_.kv_blocks_free = blocks_.num_free();
+  metrics_.kv_blocks_free = pool_->num_free();
 
   // 3. One forward pass over every planned sequence.
   std::vector<SequenceInput> batch;
@@ -386,7 +388,7 @@ bool Engine::step() {
   }
   std::erase_if(running_, [](const auto& sp) { return sp->chunk < 0; });
   metrics_.running = static_cast<int64_t>(running_.size());
-  metrics_.kv_blocks_free = blocks_.num_free();
+  metrics_.kv_blocks_free = pool_->num_free();
   return true;
 }
 

@@ -243,7 +243,7 @@ TEST_F(CudaElementwise, KvStoreWritesScatteredSlots) {
             const std::vector<float> kc0 = randn(cache_n, rng), vc0 = randn(cache_n, rng);
             Dev<float> kc(kc0), vc(vc0);
             ASSERT_TRUE(cuda::kv_store(dk.get(), dv.get(), m, kv_dim, dslots.get(), dpos.get(), kc.get(), vc.get(), kv,
-                                       kvp, stream_)
+                                       kvp, KvPages{}, stream_)
                             .is_ok());
             sync();
             std::vector<float> wk(kc0), wv(vc0);
@@ -259,7 +259,7 @@ TEST_F(CudaElementwise, KvStoreWritesScatteredSlots) {
             for (auto& h : vc0) h = static_cast<uint16_t>(rng());
             Dev<uint16_t> kc(kc0), vc(vc0);
             ASSERT_TRUE(cuda::kv_store(dk.get(), dv.get(), m, kv_dim, dslots.get(), dpos.get(), kc.get(), vc.get(), kv,
-                                       kvp, stream_)
+                                       kvp, KvPages{}, stream_)
                             .is_ok());
             sync();
             std::vector<uint16_t> wk(kc0), wv(vc0);
@@ -336,7 +336,7 @@ TEST_F(CudaElementwise, RopeKvStoreEqualsRopeThenKvStore) {
                                    stream_)
                             .is_ok());
             ASSERT_TRUE(cuda::kv_store(k2.get(), dv.get(), m, kv_dim, dslots.get(), dpos.get(), kc2.get(), vc2.get(),
-                                       kv, with_pos ? kp2.get() : nullptr, stream_)
+                                       kv, with_pos ? kp2.get() : nullptr, KvPages{}, stream_)
                             .is_ok());
             sync();
             expect_close(q1.host(), q2.host(), 1e-6f, 1e-6f, "q " + what);
@@ -449,9 +449,9 @@ TEST(CudaElementwiseArgs, BadArgumentsAreStatusesNamingTheValue) {
   expect_bad(cuda::embedding(p, cuda::WeightType::f16, -5, ip, 1, p, nullptr), "-5");
   expect_bad(cuda::to_f16(p, -7, p, nullptr), "-7");
   expect_bad(cuda::to_bf16(p, -8, p, nullptr), "-8");
-  expect_bad(cuda::kv_store(p, p, -9, 8, lp, ip, p, p, cuda::KvType::f16, nullptr, nullptr), "-9");
-  expect_bad(cuda::kv_store(p, p, 1, -10, lp, ip, p, p, cuda::KvType::f16, nullptr, nullptr), "-10");
-  expect_bad(cuda::kv_store(p, p, 1, 8, lp, nullptr, p, p, cuda::KvType::f16, const_cast<int32_t*>(ip), nullptr),
+  expect_bad(cuda::kv_store(p, p, -9, 8, lp, ip, p, p, cuda::KvType::f16, nullptr, KvPages{}, nullptr), "-9");
+  expect_bad(cuda::kv_store(p, p, 1, -10, lp, ip, p, p, cuda::KvType::f16, nullptr, KvPages{}, nullptr), "-10");
+  expect_bad(cuda::kv_store(p, p, 1, 8, lp, nullptr, p, p, cuda::KvType::f16, const_cast<int32_t*>(ip), KvPages{}, nullptr),
              "pos");
   cuda::RopeKvArgs ra;
   ra.q = ra.k = p;
@@ -506,7 +506,7 @@ TEST(CudaElementwiseArgs, EmptyWorkIsANoOp) {
   EXPECT_TRUE(cuda::to_bf16(nullptr, 0, nullptr, nullptr).is_ok());
   EXPECT_TRUE(cuda::rope(nullptr, 0, 4, 64, nullptr, nullptr, 64, cuda::RopeMode::half, nullptr).is_ok());
   EXPECT_TRUE(cuda::kv_store(nullptr, nullptr, 0, 64, nullptr, nullptr, nullptr, nullptr, cuda::KvType::f32, nullptr,
-                             nullptr)
+                             KvPages{}, nullptr)
                   .is_ok());
   cuda::RopeKvArgs ra;
   ra.n_heads = 4;

@@ -1,4 +1,4 @@
-// lithe serve's parts without HTTP: the KV block pool, TextStream (stop strings while streaming),
+// lithe serve's parts without HTTP: TextStream (stop strings while streaming),
 // OpenAI request parsing, metrics text, and the Engine on the default model (batched greedy text
 // equals solo text, also through preemption; cancellation frees the blocks).
 #include <gtest/gtest.h>
@@ -7,34 +7,11 @@
 
 #include "lithe/decode/text_stream.h"
 #include "lithe/serve/api.h"
-#include "lithe/serve/block_allocator.h"
 #include "lithe/serve/engine.h"
 #include "lithe/serve/metrics.h"
 
 namespace lithe::serve {
 namespace {
-
-TEST(ServeBlocks, AllocateReleaseAndRefuseWhenShort) {
-  BlockAllocator a(4, 16);
-  EXPECT_EQ(a.blocks_for(0), 0);
-  EXPECT_EQ(a.blocks_for(1), 1);
-  EXPECT_EQ(a.blocks_for(16), 1);
-  EXPECT_EQ(a.blocks_for(17), 2);
-  std::vector<int32_t> t1, t2;
-  EXPECT_TRUE(a.allocate(3, t1));
-  EXPECT_EQ(a.num_free(), 1);
-  EXPECT_FALSE(a.allocate(2, t2));  // all or nothing
-  EXPECT_TRUE(t2.empty());
-  EXPECT_EQ(a.num_free(), 1);
-  EXPECT_TRUE(a.allocate(1, t2));
-  std::vector<int32_t> all = t1;
-  all.insert(all.end(), t2.begin(), t2.end());
-  std::sort(all.begin(), all.end());
-  EXPECT_EQ(all, (std::vector<int32_t>{0, 1, 2, 3}));  // distinct ids
-  a.release(t1);
-  EXPECT_TRUE(t1.empty());
-  EXPECT_EQ(a.num_free(), 3);
-}
 
 std::string model_path() { return std::string(LITHE_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf"; }
 bool have_model() { return std::filesystem::exists(model_path()); }
@@ -77,6 +54,12 @@ class ServeModel : public ::testing::Test {
     }
     return out;
   }
+  // An engine over its own KV pool.
+  struct Running {
+    Running(Model& m, const EngineOptions& o) : engine(m, o, metrics, *Engine::make_pool(m, o)) {}
+    Metrics metrics;
+    Engine engine;
+  };
   static Model* model_;
 };
 Model* ServeModel::model_ = nullptr;
@@ -108,27 +91,25 @@ TEST_F(ServeModel, BatchedGreedyEqualsSoloAlsoWithPreemption) {
                                   greedy("1, 2, 3, 4,", 12), greedy("Water boils at", 12)};
   EngineOptions padded;  // every pass >= 5 rows: one kernel summation order (EngineOptions::min_rows)
   padded.min_rows = 5;
-  Metrics m1;
-  Engine solo_engine(*model_, padded, m1);
+  Running solo_engine(*model_, padded);
   std::vector<std::string> solo;
-  for (const auto& r : reqs) solo.push_back(run_all(solo_engine, {r})[0]);
+  for (const auto& r : reqs) solo.push_back(run_all(solo_engine.engine, {r})[0]);
   EXPECT_NE(solo[0].find("Paris"), std::string::npos) << solo[0];
 
   EngineOptions small = padded;  // 6 blocks of 4 tokens: four sequences of ~17 tokens must take turns
   small.block_size = 4;
   small.kv_blocks = 6;
   small.batch_tokens = 8;  // and prompts are prefilled in chunks
-  Metrics m2;
-  Engine batched(*model_, small, m2);
-  EXPECT_EQ(run_all(batched, reqs), solo);
-  EXPECT_GT(m2.preemptions.load(), 0u);
-  EXPECT_EQ(m2.kv_blocks_free.load(), 6);
+  Running batched(*model_, small);
+  EXPECT_EQ(run_all(batched.engine, reqs), solo);
+  EXPECT_GT(batched.metrics.preemptions.load(), 0u);
+  EXPECT_EQ(batched.metrics.kv_blocks_free.load(), 6);
 }
 
 TEST_F(ServeModel, CancelledRequestFinishesAndFreesItsBlocks) {
-  Metrics m;
-  Engine e(*model_, EngineOptions{}, m);
-  auto h = *e.submit(greedy("Once upon a time", 500));
+  Running r(*model_, EngineOptions{});
+  Metrics& m = r.metrics;
+  auto h = *r.engine.submit(greedy("Once upon a time", 500));
   Event ev;
   ASSERT_TRUE(h->next(ev, std::chrono::seconds(60)));
   h->cancel();
@@ -140,10 +121,10 @@ TEST_F(ServeModel, CancelledRequestFinishesAndFreesItsBlocks) {
 }
 
 TEST_F(ServeModel, RequestsThatCannotFitAreRefused) {
-  Metrics m;
   EngineOptions o;
   o.ctx = 64;
-  Engine e(*model_, o, m);
+  Running run(*model_, o);
+  Engine& e = run.engine;
   GenRequest r = greedy("hello", 100);
   Status st = e.check(r);
   EXPECT_FALSE(st.is_ok());

@@ -11,21 +11,33 @@ namespace {
 
 struct Options {
   ModelOptions model;
+  std::string synthetic, dtype = "f16";
   serve::ServerOptions server;
   int64_t max_body_kib = 1024;
   bool batch_invariant = true;
   CacheOptions cache;
 };
 
+Result<std::unique_ptr<Model>> load_model(const Options& o) {
+  if (o.synthetic.empty()) return o.model.load();
+  ModelOptions host = o.model;  // the tokenizer's model: mapped on the host, its weights unused
+  host.device = "cpu";
+  LITHE_ASSIGN(auto tokens, host.load());
+  LITHE_ASSIGN(Device dev, parse_device(o.model.device));
+  return Model::synthetic(o.synthetic, o.dtype, dev, 1, tokens.get());
+}
+
 Status run(Options& o) {
-  LITHE_ASSIGN(auto model, o.model.load());
+  LITHE_ASSIGN(auto model, load_model(o));
   o.server.engine.ctx = o.model.ctx;
   LITHE_ASSIGN(o.server.engine.cache, o.cache.spec(o.cache.policy, *model, o.model.ctx));
   LITHE_ASSIGN(o.server.engine.kv_dtype, o.model.kv_dtype());
   // Dummy rows keep the CPU kernels on one summation order (serve::EngineOptions::min_rows).
   o.server.engine.min_rows = o.batch_invariant && model->backend().device() == Device::cpu ? 5 : 0;
   o.server.max_body_bytes = static_cast<size_t>(o.max_body_kib) * 1024;
-  if (o.server.model_id.empty()) o.server.model_id = std::filesystem::path(o.model.model).filename().replace_extension().string();
+  if (o.server.model_id.empty())
+    o.server.model_id = o.synthetic.empty() ? std::filesystem::path(o.model.model).filename().replace_extension().string()
+                                            : "synthetic-" + o.synthetic + "-" + o.dtype;
   if (o.server.api_key.empty())
     if (const char* k = std::getenv("LITHE_API_KEY")) o.server.api_key = k;
   return serve::serve(*model, o.server);
@@ -39,6 +51,11 @@ void setup(CLI::App& sub, Runner& runner) {
   sub.add_option("--port", s.port, "TCP port (0: any free port, printed on start)")->capture_default_str()->check(
       CLI::Range(0, 65535));
   sub.add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' on /v1/* (or set LITHE_API_KEY)");
+  sub.add_option("--synthetic", o->synthetic,
+                 "serve random weights of a known shape (llama2-7b, llama3-8b, llama2-13b) with -m's tokenizer and "
+                 "chat template, for load tests: the text is noise, the speed is real");
+  sub.add_option("--dtype", o->dtype, "--synthetic weights: f16, bf16, f32 or a gq format (int4-g128)")
+      ->capture_default_str();
   sub.add_option("--model-name", s.model_id, "the model id clients send (default: the file name without extension)");
   sub.add_option("--max-batch", s.engine.max_batch, "sequences batched at once")->capture_default_str()->check(
       CLI::Range(int64_t{1}, int64_t{4096}));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "lithe/core/tensor.h"
+#include "lithe/kernels/kv_pages.h"
 
 namespace lithe::gq {
 struct Matrix;
@@ -127,7 +128,8 @@ void rope_lookup(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, 
 // Causal multi-head attention with grouped KV heads for one sequence.
 // q:   [n_q][n_heads][head_dim] f32; query t sits at position q_pos[t] and attends to cache slots
 //      whose position is <= q_pos[t] (slot s holds position kv_pos[s]; positions need not be sorted).
-// k,v: [n_kv][n_kv_heads][head_dim] in kv_dtype (f32 or f16), rows `kv_row_stride` elements apart.
+// k,v: [rows][n_kv_heads][head_dim] in kv_dtype (f32 or f16), rows `kv_row_stride` elements apart;
+//      slot s is row pages.row(s) (kv_pages.h: s itself unless the cache is paged).
 // out: [n_q][n_heads][head_dim] f32.  scale usually 1/sqrt(head_dim).
 // Query head h reads KV head h / (n_heads / n_kv_heads). A query that sees no slot gets zeros.
 // Limits: head_dim <= 512; n_heads a multiple of n_kv_heads. Softmax is computed online (one pass
@@ -141,10 +143,11 @@ struct AttentionArgs {
   DType kv_dtype;
   int64_t n_kv;
   const int32_t* kv_pos;
-  int64_t kv_row_stride;  // elements between consecutive cache slots (>= n_kv_heads * head_dim)
+  int64_t kv_row_stride;  // elements between consecutive rows (>= n_kv_heads * head_dim)
   int64_t n_heads, n_kv_heads, head_dim;
   float scale;
   float* out;
+  KvPages pages = {};  // host block table of a paged cache
 };
 Status attention(const AttentionArgs& a);
 

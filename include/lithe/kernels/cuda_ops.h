@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "lithe/core/status.h"
+#include "lithe/kernels/kv_pages.h"
 
 struct CUstream_st;
 
@@ -46,9 +47,11 @@ Status rope(float* x, int64_t m, int64_t n_heads, int64_t head_dim, const int32_
 Status to_f16(const float* x, int64_t n, void* out, Stream s);
 Status to_bf16(const float* x, int64_t n, void* out, Stream s);
 // Writes rows k[m][kv_dim], v[m][kv_dim] into cache slots slots[m] (device) of k_cache/v_cache
-// ([capacity][kv_dim] in kv), and pos[m] into kv_pos[slots[i]] when kv_pos is not null.
+// ([rows][kv_dim] in kv; slot s at row pages.row(s), kv_pages.h, the block table on the device),
+// and pos[m] into kv_pos[slots[i]] when kv_pos is not null. Every cache op below takes `pages`
+// the same way; positions are indexed by slot.
 Status kv_store(const float* k, const float* v, int64_t m, int64_t kv_dim, const int64_t* slots, const int32_t* pos,
-                void* k_cache, void* v_cache, KvType kv, int32_t* kv_pos, Stream s);
+                void* k_cache, void* v_cache, KvType kv, int32_t* kv_pos, KvPages pages, Stream s);
 
 // ---- attention prologue (rope_kv.cu) --------------------------------------------------------------
 // rope() of q and of k, then kv_store() of the rotated k and of v, in one launch: q [m][n_heads]
@@ -71,13 +74,14 @@ struct RopeKvArgs {
   void* v_cache = nullptr;
   KvType kv = KvType::f16;
   int32_t* kv_pos = nullptr;
+  KvPages pages;
 };
 Status rope_kv_store(const RopeKvArgs& a, Stream s);
 // Keys of a cache that keeps them before RoPE (the StreamingLLM rolling cache), rotated for one
 // attention call: dst[j] = k_cache[j] rotated at position kv_pos[j] (device; angles, pairs and
 // arithmetic as rope()) for slots j < *n (device, <= capacity); a slot whose position is
 // kNoKvPosition (holds no token, masked by attention) is copied unrotated. dst and k_cache:
-// [capacity][n_kv_heads * head_dim] in kv.
+// [rows][n_kv_heads * head_dim] in kv, slot j at row pages.row(j) of both.
 inline constexpr int32_t kNoKvPosition = 0x7fffffff;  // KvCache::kNoPosition
 struct RopeKeysArgs {
   const void* k_cache = nullptr;
@@ -89,6 +93,7 @@ struct RopeKeysArgs {
   const float* inv_freq = nullptr;  // rot_dim / 2 device floats
   int64_t rot_dim = 0;
   RopeMode mode = RopeMode::half;
+  KvPages pages;
 };
 Status rope_keys(const RopeKeysArgs& a, Stream s);
 
@@ -115,10 +120,11 @@ struct MatvecRope {
   int64_t head_dim = 0, rot_dim = 0;
   RopeMode mode = RopeMode::half;
   const int64_t* slots = nullptr;  // [m] device
-  void* k_cache = nullptr;         // [capacity][kv_dim] in kv
+  void* k_cache = nullptr;         // [rows][kv_dim] in kv
   void* v_cache = nullptr;
   KvType kv = KvType::f16;
   int32_t* kv_pos = nullptr;
+  KvPages pages;
 };
 struct MatvecOut {
   const void* w = nullptr;
@@ -148,7 +154,8 @@ struct AttentionParams {
   const int32_t* kv_pos = nullptr;
   const int32_t* n_kv = nullptr;  // device scalar
   int64_t kv_capacity = 0;        // bounds *n_kv; sizes the decode grid
-  int64_t kv_stride = 0;          // elements between slots (>= n_kv_heads * head_dim)
+  int64_t kv_stride = 0;          // elements between rows (>= n_kv_heads * head_dim)
+  KvPages pages;                  // slot -> row of k / v
   int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
   float scale = 0;
   float* out = nullptr;

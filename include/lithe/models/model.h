@@ -92,6 +92,10 @@ class Model {
   Result<KvCache> new_cache(int64_t capacity, DType kv_dtype = DType::f32);
   // A cache of spec's policy (cache_policy.h); a full one holds ctx tokens.
   Result<KvCache> new_cache(const CacheSpec& spec, int64_t ctx, DType kv_dtype = DType::f32);
+  // A paged KV store for many sequences on this model's device (kv_pool.h), and a cache of
+  // spec's policy in it (its blocks taken by KvCache::reserve).
+  Result<std::shared_ptr<KvPool>> new_kv_pool(int64_t num_blocks, int64_t block_size, DType kv_dtype = DType::f32);
+  Result<KvCache> new_cache(const CacheSpec& spec, int64_t ctx, std::shared_ptr<KvPool> pool);
 
   // Logits rows in batch order: for each sequence, all its tokens or only the last one.
   // logits has rows x vocab_size floats afterwards.
@@ -117,9 +121,11 @@ class Model {
                                                   uint64_t seed = 1, const QuantFormat* linears = nullptr);
   // The same by names, as the CLI takes them: synthetic_config(name) with weights of `dtype`
   // ("f16", "bf16", "f32", or a gq format for the linears as gq::parse_format reads it, e.g.
-  // "int4-g128", with f16 embeddings); errors name the bad value.
+  // "int4-g128", with f16 embeddings); errors name the bad value. tokens_of: a model whose
+  // tokenizer and chat template the synthetic one takes, its vocabulary size too (serving random
+  // weights of a real shape: the text is noise, the speed is real).
   static Result<std::unique_ptr<Model>> synthetic(std::string_view name, std::string_view dtype, Device device,
-                                                  uint64_t seed = 1);
+                                                  uint64_t seed = 1, const Model* tokens_of = nullptr);
   bool has_tokenizer() const { return tokenizer_ != nullptr; }
 
   // ---- block-wise execution for calibration (model/compress pipelines) ----

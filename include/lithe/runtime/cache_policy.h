@@ -35,5 +35,7 @@ Status validate_cache_spec(const CacheSpec& spec, int64_t max_context,
 // create_rolling; recompute is refused (it is an evaluation mode, not a cache).
 Result<KvCache> make_cache(const CacheSpec& spec, int64_t n_layers, int64_t ctx, int64_t kv_dim, DType dtype,
                            Device device);
+// The same policy as a paged cache in `pool` (KvCache::create_paged / create_paged_rolling).
+Result<KvCache> make_paged_cache(const CacheSpec& spec, int64_t ctx, std::shared_ptr<KvPool> pool);
 
 }  // namespace lithe

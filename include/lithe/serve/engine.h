@@ -5,7 +5,9 @@
 // (3) fills the rest of the per-iteration token budget with prompt chunks of prefilling sequences,
 // then admits waiting ones (FIFO) while blocks, the budget and --max-batch allow (chunked
 // prefill), (4) runs all of them in one Model::forward, and (5) samples a token for each sequence
-// whose input is fully cached and streams the text to its RequestHandle.
+// whose input is fully cached and streams the text to its RequestHandle. Every sequence's K/V live
+// in one paged KvPool (fixed-size blocks, a block table per sequence, kv_pool.h), so admission
+// and preemption are decided by the pool's free blocks and no sequence allocates memory.
 #pragma once
 
 #include <chrono>
@@ -20,7 +22,6 @@
 
 #include "lithe/decode/sampler.h"
 #include "lithe/models/model.h"
-#include "lithe/serve/block_allocator.h"
 #include "lithe/serve/metrics.h"
 
 namespace lithe::serve {
@@ -89,7 +90,10 @@ class RequestHandle {
 
 class Engine {
  public:
-  Engine(Model& model, const EngineOptions& options, Metrics& metrics);
+  // The paged KV store the engine's sequences share (options.pool_blocks() blocks, made once;
+  // errors name the memory asked for); options are validated first.
+  static Result<std::shared_ptr<KvPool>> make_pool(Model& model, const EngineOptions& options);
+  Engine(Model& model, const EngineOptions& options, Metrics& metrics, std::shared_ptr<KvPool> pool);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -115,7 +119,7 @@ class Engine {
   Model& model_;
   EngineOptions opts_;
   Metrics& metrics_;
-  BlockAllocator blocks_;
+  std::shared_ptr<KvPool> pool_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Seq>> incoming_;  // guarded by mu_

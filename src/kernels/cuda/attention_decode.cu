@@ -70,6 +70,7 @@ struct DecodeArgs {
   const int32_t* n_kv;
   int capacity;
   int64_t stride;
+  KvPages pages;
   int n_heads, group;
   int rows;      // n_q * group
   int rows_blk;  // rows per block (blockIdx.z picks the group), <= kRB
@@ -215,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, 3) decode_split_kernel(const DecodeA
     for (int i = 0; i < T * kChunks / kThreads; ++i) {
       const int c = tid + i * kThreads, r = c / kChunks, ch = c % kChunks;
       const bool ok = s0 + r < s_end;
-      const int64_t off = (ok ? static_cast<int64_t>(s0 + r) * a.stride : 0) + ch * EL;
+      const int64_t off = (ok ? a.pages.row(s0 + r) * a.stride : 0) + ch * EL;
       cp_async16(kd + r * D + ch * EL, kg + off, ok ? 16 : 0);
       cp_async16(vd + r * D + ch * EL, vg + off, ok ? 16 : 0);
     }
@@ -446,6 +447,7 @@ Status attention_decode(const AttentionParams& p, void* work, Stream s) {
   a.n_kv = p.n_kv;
   a.capacity = static_cast<int>(p.kv_capacity);
   a.stride = p.kv_stride;
+  a.pages = p.pages;
   a.n_heads = static_cast<int>(p.n_heads);
   a.group = static_cast<int>(p.n_heads / p.n_kv_heads);
   a.rows = d.rows;

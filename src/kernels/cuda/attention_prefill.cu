@@ -57,27 +57,30 @@ struct PrefillArgs {
   const void* v;
   const int32_t* kv_pos;
   int n_kv, n_tiles;
-  int64_t stride;      // elements between cache slots
+  int64_t stride;      // elements between cache rows
+  KvPages pages;       // slot -> row
   int n_heads, group;  // group = n_heads / n_kv_heads
   float qscale;        // scale * log2(e)
   float* out;
 };
 
-// Copies slots [s0, s0 + 64) of one kv head (src points at its first element) into a padded f16
-// tile; slots >= n_kv become zeros.
+// Copies slots [s0, s0 + 64) of one kv head (src points at its first element; slot s at row
+// pages.row(s)) into a padded f16 tile; slots >= n_kv become zeros.
 template <int D>
-__device__ __forceinline__ void load_tile(__half* dst, const __half* src, int64_t stride, int s0, int n_kv, int tid) {
+__device__ __forceinline__ void load_tile(__half* dst, const __half* src, int64_t stride, KvPages pages, int s0,
+                                          int n_kv, int tid) {
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
 #pragma unroll
   for (int i = 0; i < kBK * kChunks / kThreads; ++i) {
     const int c = tid + i * kThreads, r = c / kChunks, ch = c % kChunks;
     const bool ok = s0 + r < n_kv;
-    const __half* g = src + (ok ? static_cast<int64_t>(s0 + r) * stride : 0) + ch * 8;
+    const __half* g = src + (ok ? pages.row(s0 + r) * stride : 0) + ch * 8;
     cp_async16(dst + r * PrefillSmem<D>::kRow + ch * 8, g, ok ? 16 : 0);
   }
 }
 template <int D>
-__device__ __forceinline__ void load_tile(__half* dst, const float* src, int64_t stride, int s0, int n_kv, int tid) {
+__device__ __forceinline__ void load_tile(__half* dst, const float* src, int64_t stride, KvPages pages, int s0,
+                                          int n_kv, int tid) {
   constexpr int kChunks = D / 4;  // float4 per row
   constexpr int kPer = kBK * kChunks / kThreads;
   constexpr int kBatch = 8;  // loads in flight per thread (bounded for register pressure)
@@ -87,7 +90,7 @@ __device__ __forceinline__ void load_tile(__half* dst, const float* src, int64_t
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
       const int c = tid + (b + i) * kThreads, r = c / kChunks, ch = c % kChunks;
-      x[i] = s0 + r < n_kv ? __ldg(reinterpret_cast<const float4*>(src + static_cast<int64_t>(s0 + r) * stride) + ch)
+      x[i] = s0 + r < n_kv ? __ldg(reinterpret_cast<const float4*>(src + pages.row(s0 + r) * stride) + ch)
                            : make_float4(0.f, 0.f, 0.f, 0.f);
     }
 #pragma unroll
@@ -212,12 +215,12 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const PrefillArgs 
 
   int j = next_tile(any_bits, 0, a.n_tiles);
   if (j < a.n_tiles) {
-    load_tile<D>(Ks, kg, a.stride, j * kBK, a.n_kv, tid);
+    load_tile<D>(Ks, kg, a.stride, a.pages, j * kBK, a.n_kv, tid);
     load_pos(pos_s, a.kv_pos, j * kBK, a.n_kv, tid);
   }
   cp_async_commit();
   for (int it = 0; j < a.n_tiles; ++it) {
-    load_tile<D>(Vs, vg, a.stride, j * kBK, a.n_kv, tid);
+    load_tile<D>(Vs, vg, a.stride, a.pages, j * kBK, a.n_kv, tid);
     cp_async_commit();
     cp_async_wait<1>();  // K(j) and pos(j) landed (V(j) may be in flight)
     __syncthreads();
@@ -241,7 +244,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(const PrefillArgs 
     const int* ps = pos_s + (it & 1) * kBK;
     __syncthreads();  // every warp is done with K(j): fetch K(jn) into the same buffer
     if (jn < a.n_tiles) {
-      load_tile<D>(Ks, kg, a.stride, jn * kBK, a.n_kv, tid);
+      load_tile<D>(Ks, kg, a.stride, a.pages, jn * kBK, a.n_kv, tid);
       load_pos(pos_s + ((it + 1) & 1) * kBK, a.kv_pos, jn * kBK, a.n_kv, tid);
     }
     cp_async_commit();
@@ -367,6 +370,7 @@ Status attention_prefill(const AttentionParams& p, int64_t n_kv_host, Stream s) 
   a.n_kv = static_cast<int>(n_kv_host);
   a.n_tiles = static_cast<int>(ceil_div(n_kv_host, kBK));
   a.stride = p.kv_stride;
+  a.pages = p.pages;
   a.n_heads = static_cast<int>(p.n_heads);
   a.group = static_cast<int>(p.n_heads / p.n_kv_heads);
   a.qscale = p.scale * kLog2e;

@@ -201,12 +201,13 @@ __global__ void convert_kernel(const float* __restrict__ x, int64_t n, bool vec,
   for (int64_t i = 4 * n4 + flat_index(); i < n; i += flat_stride()) store1(out + i, x[i]);
 }
 
-// Row r of k and v goes to cache slot slots[r]; pos[r] to kv_pos[slots[r]] (first thread of the row).
+// Row r of k and v goes to cache slot slots[r] (row pages.row(slot)); pos[r] to kv_pos[slots[r]]
+// (first thread of the row).
 template <typename T>
 __global__ void kv_store_kernel(const float* __restrict__ k, const float* __restrict__ v, int64_t m, int64_t kv_dim,
                                 const int64_t* __restrict__ slots, const int32_t* __restrict__ pos,
                                 T* __restrict__ k_cache, T* __restrict__ v_cache, int32_t* __restrict__ kv_pos,
-                                bool vec) {
+                                KvPages pages, bool vec) {
   detail::pdl_wait();  // launched with launch_pdl: inputs come from the previous kernel
   detail::pdl_release();
   const int64_t d4 = vec ? kv_dim / 4 : 0;
@@ -215,8 +216,8 @@ __global__ void kv_store_kernel(const float* __restrict__ k, const float* __rest
     if (kv_pos != nullptr && flat_index() == 0) kv_pos[slot] = pos[r];
     const float* ks = k + r * kv_dim;
     const float* vs = v + r * kv_dim;
-    T* kd = k_cache + slot * kv_dim;
-    T* vd = v_cache + slot * kv_dim;
+    T* kd = k_cache + pages.row(slot) * kv_dim;
+    T* vd = v_cache + pages.row(slot) * kv_dim;
     for (int64_t c = flat_index(); c < d4; c += flat_stride()) {
       store4(kd + 4 * c, load4(ks + 4 * c));
       store4(vd + 4 * c, load4(vs + 4 * c));
@@ -363,7 +364,7 @@ Status to_bf16(const float* x, int64_t n, void* out, Stream s) {
 }
 
 Status kv_store(const float* k, const float* v, int64_t m, int64_t kv_dim, const int64_t* slots, const int32_t* pos,
-                void* k_cache, void* v_cache, KvType kv, int32_t* kv_pos, Stream s) {
+                void* k_cache, void* v_cache, KvType kv, int32_t* kv_pos, KvPages pages, Stream s) {
   LITHE_TRY(non_negative("kv_store", "m", m));
   LITHE_TRY(non_negative("kv_store", "kv_dim", kv_dim));
   LITHE_TRY(need(kv == KvType::f32 || kv == KvType::f16, "kv_store", "unknown kv type " + num(static_cast<int>(kv))));
@@ -383,10 +384,10 @@ Status kv_store(const float* k, const float* v, int64_t m, int64_t kv_dim, const
   const RowShape g = row_shape(m, vec ? kv_dim / 4 : kv_dim);
   if (kv == KvType::f32)
     detail::launch_pdl(kv_store_kernel<float>, g.grid, g.block, 0, s, k, v, m, kv_dim, slots, pos, static_cast<float*>(k_cache),
-                                               static_cast<float*>(v_cache), kv_pos, vec);
+                                               static_cast<float*>(v_cache), kv_pos, pages, vec);
   else
     detail::launch_pdl(kv_store_kernel<__half>, g.grid, g.block, 0, s, k, v, m, kv_dim, slots, pos, static_cast<__half*>(k_cache),
-                                               static_cast<__half*>(v_cache), kv_pos, vec);
+                                               static_cast<__half*>(v_cache), kv_pos, pages, vec);
   return launched("kv_store_kernel");
 }
 

@@ -352,10 +352,10 @@ __device__ __forceinline__ void rope_kv_out(const Args& a, const RopePair& p, in
   y[i * n + p.ra] = va;
   y[i * n + p.rb] = vb;
   if (p.j == 0) return;
-  const int64_t slot = r.slots[i];
+  const int64_t slot = r.slots[i], row = r.pages.row(slot);
   void* cache = p.j == 1 ? r.k_cache : r.v_cache;
-  store_kv(cache, r.kv, slot * n + p.ra, va);
-  store_kv(cache, r.kv, slot * n + p.rb, vb);
+  store_kv(cache, r.kv, row * n + p.ra, va);
+  store_kv(cache, r.kv, row * n + p.rb, vb);
   if (p.j == 1 && p.ra == 0 && r.kv_pos != nullptr) r.kv_pos[slot] = pos;
 }
 

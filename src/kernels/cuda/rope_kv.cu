@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const RopeKvArgs a, i
       r = make_float2(x[e.x], x[e.y]);
     }
     if (kh >= 0) {
-      const int64_t off = slot * kv_dim + kh * a.head_dim;
+      const int64_t off = a.pages.row(slot) * kv_dim + kh * a.head_dim;
       KV* kc = static_cast<KV*>(a.k_cache) + off;
       KV* vc = static_cast<KV*>(a.v_cache) + off;
       const float* vs = a.v + (t * a.n_kv_heads + kh) * a.head_dim;
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kThreads) rope_keys_kernel(const RopeKeysArgs 
   __syncthreads();
   const bool interleaved = a.mode == RopeMode::interleaved;
   const int pairs = static_cast<int>(a.head_dim / 2);
-  const int64_t row = j * a.n_kv_heads * a.head_dim;
+  const int64_t row = a.pages.row(j) * a.n_kv_heads * a.head_dim;
   const KV* src = static_cast<const KV*>(a.k_cache) + row;
   KV* dst = static_cast<KV*>(a.dst) + row;
   const int items = static_cast<int>(a.n_kv_heads) * pairs;

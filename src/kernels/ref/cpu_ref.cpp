@@ -269,7 +269,7 @@ float dot_row(WKind kind, const uint8_t* w, const uint8_t* act, const float* x, 
 void attention_rows(const AttentionArgs& a, int64_t h, int64_t t0, int64_t t1) {
   const int64_t D = a.head_dim, g = h / (a.n_heads / a.n_kv_heads);
   auto kv = [&](const void* base, int64_t s, int64_t i) -> float {
-    const int64_t idx = s * a.kv_row_stride + g * D + i;
+    const int64_t idx = a.pages.row(s) * a.kv_row_stride + g * D + i;
     if (a.kv_dtype == DType::f32) return static_cast<const float*>(base)[idx];
     return f16_to_f32(static_cast<const uint16_t*>(base)[idx]);
   };

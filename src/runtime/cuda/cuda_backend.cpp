@@ -318,6 +318,7 @@ class CudaBackend final : public Backend {
     r.v_cache = cache.v(layer).data();
     r.kv = cache.dtype() == DType::f16 ? cuda::KvType::f16 : cuda::KvType::f32;
     r.kv_pos = layer == 0 && cache.device_positions().defined() ? cache.device_positions().data_as<int32_t>() : nullptr;
+    LITHE_ASSIGN(r.pages, device_pages(cache));
     LITHE_TRY(project(ws, ys, x, m, cuda::Epilogue::rope_kv, &norm, &r));
     return attend(cache, layer, *ys[0], *ys[1], *ys[2], m, pos, slots, shape, out, Prologue::none);
   }
@@ -527,6 +528,16 @@ class CudaBackend final : public Backend {
     float* k;
   };
 
+  // The cache's slot -> row map with its block table on the device (kv_pages.h), staged at its
+  // full length max_blocks() (unused entries 0) so that a captured step's pieces keep their sizes.
+  Result<KvPages> device_pages(const KvCache& cache) {
+    if (!cache.paged()) return KvPages{};
+    pages_host_.assign(static_cast<size_t>(cache.max_blocks()), 0);
+    std::copy(cache.blocks().begin(), cache.blocks().end(), pages_host_.begin());
+    LITHE_ASSIGN(const void* d, steps_->stage(pages_host_.data(), pages_host_.size() * sizeof(int32_t)));
+    return KvPages{static_cast<const int32_t*>(d), cache.pages().block_size};
+  }
+
   // What attend() does before attending: store k/v rows (and, for layer 0, their positions) into
   // the cache, rotate q and k first and then store (`rot` given), nothing (already stored), or
   // store and then rotate every cached key into scratch by the cache's positions (`rot` given).
@@ -568,6 +579,7 @@ class CudaBackend final : public Backend {
     p.n_kv = static_cast<const int32_t*>(dnkv);
     p.kv_capacity = cache.capacity();
     p.kv_stride = kv_dim;
+    LITHE_ASSIGN(p.pages, device_pages(cache));
     p.n_heads = shape.n_heads;
     p.n_kv_heads = shape.n_kv_heads;
     p.head_dim = shape.head_dim;
@@ -590,6 +602,7 @@ class CudaBackend final : public Backend {
       rk.inv_freq = freq;
       rk.rot_dim = rot->table->rot_dim;
       rk.mode = rot->style == cpu::RopeStyle::interleaved ? cuda::RopeMode::interleaved : cuda::RopeMode::half;
+      rk.pages = p.pages;  // the rotated keys keep the cache's rows
       p.k = keys;
       p.kv_pos = rk.kv_pos;
     }
@@ -620,11 +633,12 @@ class CudaBackend final : public Backend {
       r.v_cache = cache.v(layer).data();
       r.kv = kt;
       r.kv_pos = pos_out;
+      r.pages = p.pages;
       LITHE_TRY(cuda::rope_kv_store(r, stream_));
     } else if (pro == Prologue::store || pro == Prologue::store_pre_rope) {
       LITHE_TRY(cuda::kv_store(k.data_as<float>(), v.data_as<float>(), m, kv_dim, static_cast<const int64_t*>(dslots),
                                static_cast<const int32_t*>(dqpos), cache.k(layer).data(), cache.v(layer).data(), kt,
-                               pos_out, stream_));
+                               pos_out, p.pages, stream_));
       if (pro == Prologue::store_pre_rope) LITHE_TRY(cuda::rope_keys(rk, stream_));
     }
     if (m <= cuda::kDecodeMaxQueries) return cuda::attention_decode(p, work, stream_);
@@ -639,6 +653,7 @@ class CudaBackend final : public Backend {
   Scratch marlin_ws_, w16_;  // gq: the Marlin GEMM's f16 activations and locks; GEMV weights expanded to f16
   Scratch gemv_ws_;          // gq: the GEMV k-split's partial sums and counters (zeroed when allocated)
   std::map<const cpu::RopeTable*, Tensor> rope_;
+  std::vector<int32_t> pages_host_;  // device_pages' staging copy
 };
 
 }  // namespace

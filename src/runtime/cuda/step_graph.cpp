@@ -45,17 +45,24 @@ Status StepGraph::reserve(size_t bytes) {
   cap_ = std::max<size_t>(bytes, 1 << 20);
   LITHE_TRY(check(cudaMallocHost(&host_, cap_), "cudaMallocHost (staging)"));
   LITHE_TRY(check(cudaMalloc(&dev_, cap_), "cudaMalloc (staging)"));
-  cursor_ = 0;
+  restart();
   return Status::ok();
 }
 
 Result<const void*> StepGraph::stage(const void* host, size_t bytes) {
+  constexpr size_t kMemoMax = 4096;  // larger pieces (whole position arrays) are not looked up
+  const bool memo = mode_ == Mode::eager && bytes > 0 && bytes <= kMemoMax;
+  if (memo) {
+    auto it = memo_.find(std::string_view(static_cast<const char*>(host), bytes));
+    if (it != memo_.end()) return static_cast<const void*>(dev_ + it->second);
+  }
   size_t at = (cursor_ + 15) & ~size_t{15};
   if (at + bytes > cap_) {
     if (mode_ != Mode::eager)
       return error(StatusCode::internal, "a captured step staged more than its {} bytes of host arguments", cap_);
     LITHE_TRY(check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));  // earlier pieces are consumed
-    at = cursor_ = 0;
+    restart();
+    at = 0;
     LITHE_TRY(reserve(bytes));
   }
   if (mode_ == Mode::replay) {
@@ -70,6 +77,7 @@ Result<const void*> StepGraph::stage(const void* host, size_t bytes) {
   if (mode_ == Mode::eager && bytes > 0)
     LITHE_TRY(check(cudaMemcpyAsync(dev_ + at, host_ + at, bytes, cudaMemcpyHostToDevice, stream_), "staging upload"));
   cursor_ = at + bytes;
+  if (memo) memo_.emplace(std::string_view(host_ + at, bytes), at);
   return static_cast<const void*>(dev_ + at);
 }
 
@@ -77,7 +85,7 @@ Status StepGraph::begin(uint64_t key) {
   if (mode_ != Mode::eager) return error(StatusCode::internal, "begin_step inside a step");
   LITHE_TRY(reserve(1 << 20));
   LITHE_TRY(check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
-  cursor_ = 0;
+  restart();
   if (steps_.size() >= kMaxSteps && steps_.find(key) == steps_.end()) {  // caches come and go: start afresh
     for (auto& [k, e] : steps_)
       if (e.exec != nullptr) cudaGraphExecDestroy(e.exec);

@@ -9,10 +9,16 @@
 //     every kernel; at end_step the upload is shrunk to the bytes staged and the graph instantiated;
 //   - afterwards ops only write their arrays into the same staging offsets (checked against the
 //     capture) and end_step launches the graph.
+// Eager staging reuses a piece staged earlier with the same bytes (a batch's per-sequence slots,
+// positions and block tables are the same for every layer): one upload per distinct array, not
+// one per op. A reused piece is never overwritten before the stream is idle: the memo is dropped
+// whenever the cursor goes back to the start. (Capture and replay stage every piece: their piece
+// lists must match whatever the arrays hold.)
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -43,7 +49,7 @@ class StepGraph {
   Status forget();
   // The stream is idle: staging space may be reused.
   void synced() {
-    if (mode_ == Mode::eager) cursor_ = 0;
+    if (mode_ == Mode::eager) restart();
   }
 
  private:
@@ -64,6 +70,12 @@ class StepGraph {
   char* dev_ = nullptr;
   size_t cap_ = 0, cursor_ = 0;
   std::unordered_map<uint64_t, Entry> steps_;
+  // Eager pieces by content (views into host_) -> their offset; valid until the cursor restarts.
+  std::unordered_map<std::string_view, size_t> memo_;
+  void restart() {
+    cursor_ = 0;
+    memo_.clear();
+  }
 };
 
 }  // namespace lithe::cuda_backend

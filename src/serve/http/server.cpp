@@ -70,7 +70,8 @@ std::string endpoint_label(const std::string& path) {
 
 class Server {
  public:
-  Server(Model& model, const ServerOptions& opts) : model_(model), opts_(opts), engine_(model, opts.engine, metrics_) {
+  Server(Model& model, const ServerOptions& opts, std::shared_ptr<KvPool> pool)
+      : model_(model), opts_(opts), engine_(model, opts.engine, metrics_, std::move(pool)) {
     format_.tokenizer = &model.tokenizer();
     const Tokenizer& tok = model.tokenizer();
     if (!model.chat_template().empty()) {
@@ -328,9 +329,11 @@ Status Server::run() {
 }  // namespace
 
 Status serve(Model& model, const ServerOptions& options) {
-  LITHE_TRY(options.engine.validate());
   if (!model.has_tokenizer()) return error(StatusCode::invalid_argument, "the model has no tokenizer: serve needs one");
-  Server server(model, options);
+  LITHE_ASSIGN(auto pool, Engine::make_pool(model, options.engine));
+  log::info("serve: KV pool of {} blocks x {} tokens ({:.1f} MiB, {})", pool->num_blocks(), pool->block_size(),
+            static_cast<double>(pool->bytes()) / (1 << 20), dtype_name(pool->dtype()));
+  Server server(model, options, std::move(pool));
   return server.run();
 }
 

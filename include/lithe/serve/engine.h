@@ -7,7 +7,8 @@
 // prefill), (4) runs all of them in one Model::forward, and (5) samples a token for each sequence
 // whose input is fully cached and streams the text to its RequestHandle. Every sequence's K/V live
 // in one paged KvPool (fixed-size blocks, a block table per sequence, kv_pool.h), so admission
-// and preemption are decided by the pool's free blocks and no sequence allocates memory.
+// and preemption are decided by the pool's free blocks and no sequence allocates K/V memory (a
+// device cache still allocates its positions array, capacity x 4 bytes).
 #pragma once
 
 #include <chrono>

@@ -1,5 +1,4 @@
-// Shared by attention_prefill.cu and attention_decode.cu: inline-PTX wrappers for asynchronous
-// global->shared copies (cp.async), f16 tensor-core tiles (ldmatrix, mma.sync m16n8k16, valid on
+// Shared by attention_prefill.cu and attention_decode.cu: inline-PTX wrappers for f16 tensor-core tiles (ldmatrix, mma.sync m16n8k16, valid on
 // sm_80 and sm_90a), a fast exp2, and the host-side checks of AttentionParams both launchers make.
 //
 // Softmax convention of both kernels: scores are kept in the log2 domain (q is pre-multiplied by
@@ -17,27 +16,7 @@ namespace lithe::cuda::detail {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte asynchronous copy global -> shared. src_bytes = 0 reads nothing and fills the 16
-// destination bytes with zeros (used for slots past the filled part of the cache). .cg: L2 only.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-// 4-byte variant (positions); same zero-fill rule.
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
+// cp.async wrappers (smem_u32, cp_async16, cp_async4, commit, wait): common.cuh.
 
 // Four 8x8 b16 matrices; lane l gives the address of row (l & 7) of matrix (l >> 3) and receives
 // in r[i] its fragment of matrix i (row l/4, elements 2*(l%4), 2*(l%4)+1; transposed for _trans).

@@ -134,6 +134,33 @@ __device__ __forceinline__ uint2 ld_stream(const uint2* p) {
   return v;
 }
 
+// Asynchronous copies global -> shared memory (sm_80+), completed in commit groups.
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async(void* dst, const void* src) {  // 16 bytes; .cg: L2 only
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+// 16 bytes of which src_bytes are read: 0 reads nothing and fills the destination with zeros (src
+// must still be mapped).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async8(void* dst, const void* src) {  // 8 bytes; .ca: through L1
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+// 4 bytes, same zero-fill rule as cp_async16.
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>  // waits until at most N of this thread's committed groups are still in flight
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 // 1 / rms of a row from its sum of squares over n values (as rmsnorm_kernel): the folded norms.
 __device__ __forceinline__ float inv_rms_of(float ss, int n, float eps) {
   return 1.0f / sqrtf(ss / static_cast<float>(n) + eps);

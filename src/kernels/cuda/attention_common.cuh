@@ -1,5 +1,6 @@
-// Shared by attention_prefill.cu and attention_decode.cu: inline-PTX wrappers for f16 tensor-core tiles (ldmatrix, mma.sync m16n8k16, valid on
-// sm_80 and sm_90a), a fast exp2, and the host-side checks of AttentionParams both launchers make.
+// Shared by attention_prefill.cu and attention_decode.cu: inline-PTX wrappers for f16 tensor-core
+// tiles (ldmatrix, mma.sync m16n8k16, valid on sm_80 and sm_90a), a fast exp2, and the host-side
+// checks of AttentionParams both launchers make. The cp.async wrappers are in common.cuh.
 //
 // Softmax convention of both kernels: scores are kept in the log2 domain (q is pre-multiplied by
 // scale * log2(e)), so exp(x*scale - m) becomes ex2(x' - m'). A running max of -inf means "nothing
@@ -15,8 +16,6 @@
 namespace lithe::cuda::detail {
 
 constexpr float kLog2e = 1.4426950408889634f;
-
-// cp.async wrappers (smem_u32, cp_async16, cp_async4, commit, wait): common.cuh.
 
 // Four 8x8 b16 matrices; lane l gives the address of row (l & 7) of matrix (l >> 3) and receives
 // in r[i] its fragment of matrix i (row l/4, elements 2*(l%4), 2*(l%4)+1; transposed for _trans).

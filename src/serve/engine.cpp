@@ -23,7 +23,6 @@ Status EngineOptions::validate() const {
   if (ctx < 2) return error(StatusCode::invalid_argument, "--ctx {} must be >= 2", ctx);
   if (block_size < 1) return error(StatusCode::invalid_argument, "--block-size {} must be >= 1", block_size);
   if (kv_blocks < 0) return error(StatusCode::invalid_argument, "--kv-blocks {} must be >= 0 (0: default)", kv_blocks);
-  if (min_rows < 0 || min_rows > 64) return error(StatusCode::invalid_argument, "min_rows {} must be in [0, 64]", min_rows);
   if (cache.policy == CachePolicy::recompute)
     return error(StatusCode::invalid_argument, "--cache recompute is not a cache: serve takes full, window or sink");
   return validate_cache_spec(cache, ctx, "--ctx");
@@ -84,13 +83,6 @@ Engine::Engine(Model& model, const EngineOptions& options, Metrics& metrics, std
   LITHE_CHECK_MSG(pool_ != nullptr && pool_->block_size() == opts_.block_size, "Engine: a pool from Engine::make_pool");
   metrics_.kv_blocks_total = pool_->num_blocks();
   metrics_.kv_blocks_free = pool_->num_free();
-  if (opts_.min_rows > 0) {
-    auto c = model_.new_cache(opts_.min_rows, opts_.kv_dtype);
-    if (c) pad_cache_.emplace(std::move(*c));
-    else log::warn("serve: no cache for the padding rows ({}): batches are not padded", c.status().to_string());
-    pad_ids_.assign(static_cast<size_t>(opts_.min_rows), 0);
-    for (int32_t i = 0; i < static_cast<int32_t>(opts_.min_rows); ++i) pad_pos_.push_back(i);
-  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -309,12 +301,6 @@ bool Engine::step() {
     n_tokens += s.chunk;
   }
   if (batch.empty()) return false;
-  if (pad_cache_ && n_tokens < opts_.min_rows) {  // dummy rows (see EngineOptions::min_rows)
-    const auto pad = static_cast<size_t>(opts_.min_rows - n_tokens);
-    pad_cache_->clear();
-    batch.push_back({&*pad_cache_, std::span<const int32_t>(pad_ids_.data(), pad),
-                     std::span<const int32_t>(pad_pos_.data(), pad), false});
-  }
   ++metrics_.iterations;
   metrics_.batch_size.observe(static_cast<double>(in_batch.size()));
   metrics_.batch_tokens.observe(static_cast<double>(n_tokens));

@@ -12,6 +12,17 @@
 
 namespace lithe::cpu {
 
+// Puts the kernel knobs a test may force (ISA, row split, gq activation mode) back to their
+// defaults when it goes out of scope, so one test's choices never leak into the next.
+struct KernelKnobsRestore {
+  Isa saved = active_isa();
+  ~KernelKnobsRestore() {
+    force_isa(saved);
+    force_split(std::nullopt);
+    force_gq_acts(std::nullopt);
+  }
+};
+
 // Every ISA this machine can run, scalar first.
 inline std::vector<Isa> available_isas() {
   std::vector<Isa> out;

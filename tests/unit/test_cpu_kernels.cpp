@@ -25,10 +25,7 @@
 namespace lithe::cpu {
 namespace {
 
-struct IsaRestore {
-  Isa saved = active_isa();
-  ~IsaRestore() { force_isa(saved); }
-};
+using IsaRestore = KernelKnobsRestore;
 
 double rel_err(const std::vector<float>& out, const std::vector<float>& ref) {
   double num = 0, den = 0;

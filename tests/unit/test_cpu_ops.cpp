@@ -18,15 +18,9 @@
 namespace lithe::cpu {
 namespace {
 
-// Restores the ISA and the split policy; each test runs every ISA twice, on the calling thread
-// only and split over the pool (split_pass() tells which).
-struct IsaRestore {
-  Isa saved = active_isa();
-  ~IsaRestore() {
-    force_isa(saved);
-    force_split(std::nullopt);
-  }
-};
+// Each test runs every ISA twice, on the calling thread only and split over the pool (split_pass()
+// tells which); KernelKnobsRestore puts both back.
+using IsaRestore = KernelKnobsRestore;
 std::vector<std::pair<Isa, bool>> isa_split_passes() {
   std::vector<std::pair<Isa, bool>> out;
   for (Isa i : available_isas())

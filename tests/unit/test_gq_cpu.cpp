@@ -31,14 +31,7 @@ namespace {
 // f32 rounding of a few thousand products and the zero-point fold (observed <= ~3e-7).
 constexpr double kGqTol = 2e-6;
 
-struct Restore {
-  Isa saved = active_isa();
-  ~Restore() {
-    force_isa(saved);
-    force_split(std::nullopt);
-    force_gq_acts(std::nullopt);
-  }
-};
+using Restore = KernelKnobsRestore;
 
 double rel_err(const float* out, const float* ref, size_t n) {
   double num = 0, den = 0;

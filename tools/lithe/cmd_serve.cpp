@@ -14,7 +14,6 @@ struct Options {
   std::string synthetic, dtype = "f16";
   serve::ServerOptions server;
   int64_t max_body_kib = 1024;
-  bool batch_invariant = true;
   CacheOptions cache;
 };
 
@@ -32,8 +31,6 @@ Status run(Options& o) {
   o.server.engine.ctx = o.model.ctx;
   LITHE_ASSIGN(o.server.engine.cache, o.cache.spec(o.cache.policy, *model, o.model.ctx));
   LITHE_ASSIGN(o.server.engine.kv_dtype, o.model.kv_dtype());
-  // Dummy rows keep the CPU kernels on one summation order (serve::EngineOptions::min_rows).
-  o.server.engine.min_rows = o.batch_invariant && model->backend().device() == Device::cpu ? 5 : 0;
   o.server.max_body_bytes = static_cast<size_t>(o.max_body_kib) * 1024;
   if (o.server.model_id.empty())
     o.server.model_id = o.synthetic.empty() ? std::filesystem::path(o.model.model).filename().replace_extension().string()
@@ -70,9 +67,6 @@ void setup(CLI::App& sub, Runner& runner) {
       CLI::Range(4, 4096));
   sub.add_option("--max-body-kib", o->max_body_kib, "largest request body in KiB")->capture_default_str()->check(
       CLI::Range(int64_t{1}, int64_t{1} << 20));
-  sub.add_flag("--batch-invariant,!--no-batch-invariant", o->batch_invariant,
-               "cpu: pad small batches to 5 rows so a request's text does not depend on the requests batched with it "
-               "(default on; off is faster for one stream)");
   o->cache.add(sub, "each request's KV cache: full (prompt + max_tokens <= --ctx), window or sink (--sinks first "
                "tokens + the last --window: a request may run past --ctx)", 0,
                "window / sink (0: --ctx minus the sinks)");

@@ -42,8 +42,10 @@ void force_split(std::optional<bool> always);
 //   q4_0, q4_1, q8_0: one f32 scale per 32 activations (symmetric, d = absmax / 127);
 //   q4_k, q6_k:       one f32 scale per 256 activations (q8_K-like);
 // quants are round-to-nearest-even of x / d clamped to [-127, 127]. f32/f16/bf16 weights use f32
-// math on the exactly converted weights. m == 1 is the decode (matrix-vector) path; m > 1 the
-// prefill (matrix-matrix) path. x and y must not overlap.
+// math on the exactly converted weights. m <= 4 runs matrix-vector kernels, larger m register-tiled
+// ones; both sum each output in the same order, so row i of y is bit-identical whatever m is, whatever
+// the other rows of x hold and however the rows are split over threads (batch invariance: the
+// server's batching does not change a sequence's logits). x and y must not overlap.
 //
 // gq (DType::gq, a tensor from pack_gq below): y = x · Wᵀ with W as gq::dequantize() defines it.
 // The activations are gathered by the act-order permutation (if any) once per call, then
@@ -83,7 +85,7 @@ inline constexpr int kLayoutCpuGq = 0x43505547;  // "CPUG"
 Status gq_supports(const QuantFormat& f, int64_t n_out, int64_t n_in);
 Result<Tensor> pack_gq(const gq::Matrix& m);
 
-// Activation mode of gq linears, chosen per call:
+// Activation mode of gq linears, one for the whole process (every call reads gq_acts()):
 //   int16 (default): 16-bit activations per 32 values (d = absmax / 32767), integer dot products
 //          (AVX-512 VNNI vpdpwssd, AVX2 pmaddwd): ~1e-5 relative error per output, the same
 //          perplexity as f32; decode stays memory-bound.

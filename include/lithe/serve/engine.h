@@ -39,10 +39,6 @@ struct EngineOptions {
   // sinks tokens and the most recent window).
   CacheSpec cache;
   int64_t max_queue = 4096;    // waiting requests beyond which submit refuses (overloaded)
-  // Pads every forward pass with dummy rows up to this many tokens (0: off). The CPU linear kernels
-  // sum in another order for <= 4 rows (matrix-vector) than for more (matrix-matrix), so a
-  // sequence's logits depend on the batch around it unless every pass has >= 5 rows.
-  int64_t min_rows = 0;
   Status validate() const;
   int64_t pool_blocks() const;  // kv_blocks, or its default
   // KV slots a sequence of n tokens occupies: n, or at most the span of a rolling cache.
@@ -130,8 +126,6 @@ class Engine {
   std::deque<std::unique_ptr<Seq>> waiting_;
   std::vector<std::unique_ptr<Seq>> running_;
   std::vector<float> logits_;
-  std::optional<KvCache> pad_cache_;  // the dummy rows' cache (min_rows)
-  std::vector<int32_t> pad_ids_, pad_pos_;
   std::thread thread_;
 };
 

@@ -42,9 +42,12 @@ struct GqJob {
   const uint8_t* zeros = nullptr;  // zero points of row 0; row r's at zeros + r * z_stride (0: sym)
   int64_t z_stride = 0;
   int64_t m = 0;
-  // Prepared activations (gq_prepare_acts): [m] rows of act_row_bytes (int8 / int16: unit records
-  // of the ISA; f32: the gathered row zero-padded to units * 128 floats), and per row xs_stride
-  // entry sums (f32 mode: sum of x over the entry; int8 / int16: sum of d_x * quants).
+  // Prepared activations (gq_prepare_acts), each activation row on its own (so a row's result does
+  // not depend on m): [m] rows of act_row_bytes (int8 / int16: unit records of the ISA; f32: the
+  // gathered row zero-padded to units * 128 floats), then [m] rows of xs_stride floats X_e, one per
+  // scale entry e of the weight rows (kernel-column order, after the act-order gather; 0 past
+  // n_ent): the activations' sum over the entry's columns that the zero-point term needs (f32 mode:
+  // sum of x; int8 / int16: sum of d_x * quants, as the kernels see them).
   uint8_t* acts = nullptr;
   int64_t act_row_bytes = 0;
   float* xsum = nullptr;
@@ -86,8 +89,7 @@ struct KernelTable {
   // gq weights. Prepares activation rows [r0, r1) of x[.][n_in] into j.acts / j.xsum (gathered
   // by perm when not null).
   void (*gq_prepare_acts)(const GqJob& j, const float* x, const int32_t* perm, int64_t r0, int64_t r1);
-  // Per-thread scratch (64-byte aligned) of gq_linear_rows; output rows [r0, r1) for all m rows
-  // (r0 a multiple of 16).
+  // Per-thread scratch (64-byte aligned) of gq_linear_rows; output rows [r0, r1) for all m rows.
   int64_t (*gq_scratch_bytes)(const GqJob& j);
   void (*gq_linear_rows)(const GqJob& j, int64_t r0, int64_t r1, uint8_t* scratch);
 };

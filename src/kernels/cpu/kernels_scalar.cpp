@@ -1,6 +1,7 @@
 // The scalar kernel set: the reference loops of kernels/ref/cpu_ref.cpp (same activation
 // quantization, natural element order) behind the kernel table, so that the entry points thread
-// them like the SIMD sets. Used on CPUs without AVX2/FMA/F16C and when LITHE_ISA=scalar.
+// them like the SIMD sets. Used on CPUs without AVX2/FMA/F16C and when LITHE_ISA=scalar. Every
+// output is one dot product on its own, so the results do not depend on m (batch invariance).
 #include <cmath>
 
 #include "kernels/cpu/kernel_table.h"

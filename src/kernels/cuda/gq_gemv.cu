@@ -452,35 +452,35 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M)) gemv_kernel(const 
     for (int reg = 0; reg < 4; ++reg) sum[r].add[reg] = 0;
   }
   int run_group = -1;
-#pragma unroll 1
-  for (int b = begin; has_tile && b < end; b += U) {
-    Batch<BITS, R, U> nxt;
-    if (b + U < end) load_batch<BITS, R, U>(a.g, t, b + U, end, nxt);
+  // This lane's B-fragment row (n = 8 nb + g) of the staged x. With SR < 8 (M <= 2) the rows n >= SR
+  // of the n8 block read row n % SR instead of zeros: they only feed output columns n, never read,
+  // and the load needs no lane-dependent branch.
+  const uint4* const xs_lane = xs + (SR < 8 ? g % SR : g) * 4 + tq;
+  // Multiplies batch bt, which holds chunks [b, b + U) of the range.
+  auto multiply = [&](const Batch<BITS, R, U>& bt, int b) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = b + u;
       if (c >= end) break;  // warp-uniform
 #pragma unroll
       for (int k = 0; k < C::kUnits; ++k) {
+        // A padding unit past n_in (the last chunk's second half) runs like any other: its codes
+        // and its staged x are zero and its record is a real one (load_batch), so it adds zeros.
         const int unit = c * C::kUnits + k;
-        if (C::kUnits > 1 && unit >= a.g.units) break;  // the padding half of the last chunk
         const int grp = group_of(a.g, unit);
         if (grp != run_group) {  // warp-uniform
 #pragma unroll
           for (int r = 0; r < R; ++r) {
             fold(sum[r]);
-            start_run<BITS>(sum[r], cur.rec[r][u][k]);
+            start_run<BITS>(sum[r], bt.rec[r][u][k]);
           }
           run_group = grp;
         }
         // B fragments of the unit's two k16 blocks: one uint4 per n8 block.
         uint4 bf[NB];
-        const int pidx = (c - begin) * (C::kBlocks / 2) + k;
+        const uint4* xp = xs_lane + ((c - begin) * (C::kBlocks / 2) + k) * SR * 4;
 #pragma unroll
-        for (int nb = 0; nb < NB; ++nb) {
-          const int n = nb * 8 + g;
-          bf[nb] = n < SR ? xs[(pidx * SR + n) * 4 + tq] : make_uint4(0, 0, 0, 0);
-        }
+        for (int nb = 0; nb < NB; ++nb) bf[nb] = xp[nb * 8 * 4];
 #pragma unroll
         for (int kb2 = 0; kb2 < 2; ++kb2) {
           const int kb = 2 * k + kb2;
@@ -488,7 +488,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M)) gemv_kernel(const 
           for (int r = 0; r < R; ++r) {
             uint32_t av[4];
 #pragma unroll
-            for (int reg = 0; reg < 4; ++reg) av[reg] = pair_values<BITS>(cur.v[r][u], 4 * kb + reg, sum[r].add[reg]);
+            for (int reg = 0; reg < 4; ++reg) av[reg] = pair_values<BITS>(bt.v[r][u], 4 * kb + reg, sum[r].add[reg]);
 #pragma unroll
             for (int nb = 0; nb < NB; ++nb)
               mma(sum[r].run[nb], av, kb2 ? bf[nb].z : bf[nb].x, kb2 ? bf[nb].w : bf[nb].y);
@@ -496,7 +496,17 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M)) gemv_kernel(const 
         }
       }
     }
-    cur = nxt;
+  };
+  // Two batches per iteration, each loaded into the buffer the other one is not using: the batch
+  // in flight never has to be copied from one set of registers to the other.
+  Batch<BITS, R, U> nxt;
+#pragma unroll 1
+  for (int b = begin; has_tile && b < end; b += 2 * U) {
+    if (b + U < end) load_batch<BITS, R, U>(a.g, t, b + U, end, nxt);
+    multiply(cur, b);
+    if (b + U >= end) break;
+    if (b + 2 * U < end) load_batch<BITS, R, U>(a.g, t, b + 2 * U, end, cur);
+    multiply(nxt, b + U);
   }
 #pragma unroll
   for (int r = 0; r < R; ++r) fold(sum[r]);

@@ -242,6 +242,15 @@ struct Tiles {
   int64_t tile[R];
 };
 
+// p itself, but the compiler no longer sees it as base + offsets: without this it re-associates
+// every record address into (offset + group) * 8 + base, two 64-bit adds per load instead of one
+// wide multiply-add.
+template <typename T>
+__device__ __forceinline__ const T* opaque(const T* p) {
+  asm("" : "+l"(p));
+  return p;
+}
+
 __device__ __forceinline__ Mat mat_of(const Args& a, int j) { return j == 0 ? a.mat[0] : j == 1 ? a.mat[1] : a.mat[2]; }
 
 // The matrix of item `item` (R = 2: gate and up, both from matrix 0's item numbering).
@@ -264,7 +273,7 @@ __device__ __forceinline__ Tiles<R> tiles_of(const Args& a, int64_t item, int w,
     const int64_t slot0 = t.tile[r] * a.g.chunks * 32 + lane;
     t.cp[r] = mt.codes + slot0;
     t.hp[r] = Codec<BITS>::kHi ? mt.hi + slot0 : nullptr;
-    t.rp[r] = mt.recs + t.tile[r] * a.g.groups * 8 + lane / 4;
+    t.rp[r] = opaque(mt.recs + t.tile[r] * a.g.groups * 8 + lane / 4);
     t.y[r] = mt.y;
     t.n_out[r] = mt.n_out;
     if (r == 0) t.perm = mt.perm;
@@ -283,18 +292,26 @@ struct Batch {
 template <int BITS, int R, int U>
 __device__ __forceinline__ void load_batch(const Geo& g, const Tiles<R>& t, int b, int end, Batch<BITS, R, U>& bt) {
   using C = Codec<BITS>;
+  // The batch's lane pointers once (one wide multiply-add each); chunk u is then an immediate offset.
+  const uint4* cb[R];
+  const uint2* hb[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    cb[r] = t.cp[r] + static_cast<uint32_t>(b) * 32u;
+    hb[r] = C::kHi ? t.hp[r] + static_cast<uint32_t>(b) * 32u : nullptr;
+  }
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int c = b + u;
     if (c < end)
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        bt.v[r][u].lo = ld_stream(t.cp[r] + c * 32);
-        if constexpr (C::kHi) bt.v[r][u].hi = ld_stream(t.hp[r] + c * 32);
+        bt.v[r][u].lo = ld_stream(cb[r] + u * 32);
+        if constexpr (C::kHi) bt.v[r][u].hi = ld_stream(hb[r] + u * 32);
 #pragma unroll
         for (int k = 0; k < C::kUnits; ++k) {
           const int unit = min(c * C::kUnits + k, g.units - 1);  // a padding unit: any record
-          bt.rec[r][u][k] = __ldg(t.rp[r] + static_cast<uint32_t>(group_of(g, unit)) * 8);
+          bt.rec[r][u][k] = __ldg(t.rp[r] + static_cast<uint32_t>(group_of(g, unit)) * 8u);
         }
       }
   }

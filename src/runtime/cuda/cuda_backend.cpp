@@ -13,7 +13,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <string_view>
 
@@ -70,6 +72,29 @@ struct Scratch {
         LITHE_TRY(check(cudaMemsetAsync(t.data(), 0, t.nbytes(), zero_on), "cudaMemsetAsync (scratch)"));
     }
     return t.data();
+  }
+};
+
+// Pinned host memory that only grows: device-to-host copies into it are truly asynchronous DMA (a
+// copy into pageable memory goes through a driver bounce buffer and costs several microseconds).
+struct PinnedHost {
+  void* p = nullptr;
+  size_t cap = 0;
+  PinnedHost() = default;
+  PinnedHost(const PinnedHost&) = delete;
+  PinnedHost& operator=(const PinnedHost&) = delete;
+  ~PinnedHost() {
+    if (p != nullptr) cudaFreeHost(p);
+  }
+  Result<void*> get(size_t bytes) {
+    if (bytes > cap) {
+      if (p != nullptr) cudaFreeHost(p);
+      p = nullptr;
+      cap = 0;
+      LITHE_TRY(check(cudaMallocHost(&p, std::max<size_t>(bytes, 4096)), "cudaMallocHost (result buffer)"));
+      cap = std::max<size_t>(bytes, 4096);
+    }
+    return p;
   }
 };
 
@@ -140,7 +165,7 @@ class CudaBackend final : public Backend {
     LITHE_ASSIGN(void* ws, b->blas_ws_.get(32u << 20));
     LITHE_TRY(check_blas(cublasSetWorkspace(b->blas_, ws, 32u << 20), "cublasSetWorkspace"));
     b->steps_ = std::make_unique<StepGraph>(b->stream_);
-    for (Scratch* sc : {&b->blas_ws_, &b->x16_, &b->attn_ws_, &b->topk_vals_, &b->topk_ids_, &b->keys_, &b->marlin_ws_,
+    for (Scratch* sc : {&b->blas_ws_, &b->x16_, &b->attn_ws_, &b->topk_, &b->keys_, &b->marlin_ws_,
                         &b->w16_, &b->gemv_ws_})
       sc->steps = b->steps_.get();
     return std::unique_ptr<Backend>(std::move(b));
@@ -338,15 +363,20 @@ class CudaBackend final : public Backend {
     const int64_t vocab = logits.dim(1);
     if (k > cuda::kTopKMax || k > vocab) return Backend::top_k(logits, rows, k, vals, ids);
     if (k <= 0) return error(StatusCode::invalid_argument, "top_k: k = {} must be positive", k);
-    const size_t n = static_cast<size_t>(rows) * static_cast<size_t>(k);
-    LITHE_ASSIGN(void* dv, topk_vals_.get(n * sizeof(float)));
-    LITHE_ASSIGN(void* di, topk_ids_.get(n * sizeof(int32_t)));
-    LITHE_TRY(cuda::top_k(logits.data_as<float>(), rows, vocab, k, static_cast<float*>(dv), static_cast<int32_t*>(di),
-                          stream_));
-    LITHE_TRY(check(cudaMemcpyAsync(vals, dv, n * sizeof(float), cudaMemcpyDeviceToHost, stream_), "top_k copy"));
-    LITHE_TRY(check(cudaMemcpyAsync(ids, di, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_), "top_k copy"));
+    // Values then ids in one device buffer, fetched with one copy into pinned memory (this wait is
+    // where a decode loop's GPU sits idle: it is kept short).
+    const size_t n = static_cast<size_t>(rows) * static_cast<size_t>(k), ids_at = (n * sizeof(float) + 15) / 16 * 16;
+    const size_t bytes = ids_at + n * sizeof(int32_t);
+    LITHE_ASSIGN(void* dev, topk_.get(bytes));
+    LITHE_ASSIGN(void* host, topk_host_.get(bytes));
+    auto* dv = static_cast<float*>(dev);
+    auto* di = reinterpret_cast<int32_t*>(static_cast<char*>(dev) + ids_at);
+    LITHE_TRY(cuda::top_k(logits.data_as<float>(), rows, vocab, k, dv, di, stream_));
+    LITHE_TRY(check(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream_), "top_k copy"));
     LITHE_TRY(check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
     steps_->synced();
+    std::memcpy(vals, host, n * sizeof(float));
+    std::memcpy(ids, static_cast<const char*>(host) + ids_at, n * sizeof(int32_t));
     return Status::ok();
   }
 
@@ -357,9 +387,10 @@ class CudaBackend final : public Backend {
       if (targets[r] >= vocab)
         return error(StatusCode::invalid_argument, "token_logprobs: target {} of row {} is outside the vocabulary {}",
                      targets[r], r, vocab);
-    const size_t n = static_cast<size_t>(rows);
-    LITHE_ASSIGN(void* dt, topk_ids_.get(n * sizeof(int32_t)));
-    LITHE_ASSIGN(void* dv, topk_vals_.get(n * sizeof(float)));
+    const size_t n = static_cast<size_t>(rows), targets_at = (n * sizeof(float) + 15) / 16 * 16;
+    LITHE_ASSIGN(void* dev, topk_.get(targets_at + n * sizeof(int32_t)));  // values, then targets
+    void* dv = dev;
+    void* dt = static_cast<char*>(dev) + targets_at;
     LITHE_TRY(check(cudaMemcpyAsync(dt, targets, n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
                     "token_logprobs copy"));
     LITHE_TRY(cuda::token_logprobs(logits.data_as<float>(), rows, vocab, static_cast<const int32_t*>(dt),
@@ -649,7 +680,8 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   std::unique_ptr<StepGraph> steps_;
-  Scratch blas_ws_, x16_, attn_ws_, topk_vals_, topk_ids_, keys_;
+  Scratch blas_ws_, x16_, attn_ws_, topk_, keys_;  // topk_: top_k / token_logprobs values and ids
+  PinnedHost topk_host_;                           // top_k results on the host
   Scratch marlin_ws_, w16_;  // gq: the Marlin GEMM's f16 activations and locks; GEMV weights expanded to f16
   Scratch gemv_ws_;          // gq: the GEMV k-split's partial sums and counters (zeroed when allocated)
   std::map<const cpu::RopeTable*, Tensor> rope_;

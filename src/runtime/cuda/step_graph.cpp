@@ -1,6 +1,9 @@
 #include "step_graph.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -11,7 +14,66 @@ Status check(cudaError_t e, const char* what) {
   return error(StatusCode::internal, "{} failed: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
+namespace {
+float median(std::vector<float> v) {
+  if (v.empty()) return 0.f;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+}  // namespace
+
+StepGraph::StepGraph(cudaStream_t s) : stream_(s) {
+  const char* e = std::getenv("LITHE_STEP_TIMES");
+  if (e == nullptr || std::strcmp(e, "1") != 0) return;
+  timing_ = std::make_unique<Timing>();
+  if (cudaEventCreate(&timing_->start) != cudaSuccess || cudaEventCreate(&timing_->stop) != cudaSuccess)
+    timing_.reset();
+}
+
+void StepGraph::Timing::lap(size_t piece) {
+  const auto now = std::chrono::steady_clock::now();
+  if (synced > last) {  // a replay that follows a fetch of results
+    if (piece_us.size() <= piece) piece_us.resize(piece + 1);
+    piece_us[piece].push_back(std::chrono::duration<float, std::micro>(now - mark).count());
+  }
+  mark = now;
+}
+
+// Called at a replay's graph launch: collects the previous replay's GPU time, starts this one's.
+void StepGraph::time_replay_begin() {
+  Timing& t = *timing_;
+  const auto now = std::chrono::steady_clock::now();
+  if (t.pending) {
+    float ms = 0.f;
+    if (cudaEventSynchronize(t.stop) == cudaSuccess && cudaEventElapsedTime(&ms, t.start, t.stop) == cudaSuccess) {
+      t.gpu_us.push_back(ms * 1000.f);
+      t.launch_us.push_back(std::chrono::duration<float, std::micro>(now - t.last).count());
+      if (t.synced > t.last) t.host_us.push_back(std::chrono::duration<float, std::micro>(now - t.synced).count());
+    }
+  }
+  t.lap(piece_);  // the last piece to the launch
+  t.last = now;
+  cudaEventRecord(t.start, stream_);
+}
+void StepGraph::time_replay_end() {
+  cudaEventRecord(timing_->stop, stream_);
+  timing_->pending = true;
+}
+
 StepGraph::~StepGraph() {
+  if (timing_ != nullptr) {
+    std::fprintf(stderr, "step times: %zu replays, GPU %.1f us, launch to launch %.1f us, sync to launch %.1f us (medians)\n",
+                 timing_->gpu_us.size(), median(timing_->gpu_us), median(timing_->launch_us), median(timing_->host_us));
+    // Where the host time between a sync and the next launch goes: the slowest stretches.
+    std::vector<std::pair<float, size_t>> laps;
+    for (size_t i = 0; i < timing_->piece_us.size(); ++i) laps.emplace_back(median(timing_->piece_us[i]), i);
+    std::sort(laps.rbegin(), laps.rend());
+    std::fprintf(stderr, "host stretches before piece (median us; %zu pieces, the last one = launch):", laps.size());
+    for (size_t i = 0; i < std::min<size_t>(laps.size(), 8); ++i) std::fprintf(stderr, " #%zu %.1f", laps[i].second, laps[i].first);
+    std::fprintf(stderr, "\n");
+    cudaEventDestroy(timing_->start);
+    cudaEventDestroy(timing_->stop);
+  }
   for (auto& [k, e] : steps_)
     if (e.exec != nullptr) cudaGraphExecDestroy(e.exec);
   if (host_ != nullptr) cudaFreeHost(host_);
@@ -69,6 +131,7 @@ Result<const void*> StepGraph::stage(const void* host, size_t bytes) {
     if (piece_ >= cur_->sizes.size() || cur_->sizes[piece_] != bytes)
       return error(StatusCode::internal, "a replayed step staged {} bytes as piece {}, its capture staged {}", bytes,
                    piece_, piece_ < cur_->sizes.size() ? cur_->sizes[piece_] : 0);
+    if (timing_ != nullptr) timing_->lap(piece_);
     ++piece_;
   } else if (mode_ == Mode::capture) {
     cur_->sizes.push_back(bytes);
@@ -114,7 +177,11 @@ Status StepGraph::end(bool run) {
     if (piece_ != cur_->sizes.size())
       return error(StatusCode::internal, "a replayed step staged {} pieces, its capture {}", piece_,
                    cur_->sizes.size());
-    return check(cudaGraphLaunch(cur_->exec, stream_), "cudaGraphLaunch");
+    if (timing_ == nullptr) return check(cudaGraphLaunch(cur_->exec, stream_), "cudaGraphLaunch");
+    time_replay_begin();
+    LITHE_TRY(check(cudaGraphLaunch(cur_->exec, stream_), "cudaGraphLaunch"));
+    time_replay_end();
+    return Status::ok();
   }
   if (m != Mode::capture) return Status::ok();
   cudaGraph_t graph = nullptr;

@@ -18,6 +18,8 @@
 
 #include <cuda_runtime.h>
 
+#include <chrono>
+#include <memory>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -30,7 +32,7 @@ Status check(cudaError_t e, const char* what);
 
 class StepGraph {
  public:
-  explicit StepGraph(cudaStream_t s) : stream_(s) {}
+  explicit StepGraph(cudaStream_t s);
   ~StepGraph();
   StepGraph(const StepGraph&) = delete;
   StepGraph& operator=(const StepGraph&) = delete;
@@ -50,6 +52,7 @@ class StepGraph {
   // The stream is idle: staging space may be reused.
   void synced() {
     if (mode_ == Mode::eager) restart();
+    if (timing_ != nullptr) timing_->synced = timing_->mark = std::chrono::steady_clock::now();
   }
 
  private:
@@ -61,6 +64,23 @@ class StepGraph {
   };
   Status reserve(size_t bytes);
   static constexpr size_t kMaxSteps = 64;  // distinct step keys remembered (graphs kept)
+
+  // LITHE_STEP_TIMES=1 (a diagnostic): each replayed step's GPU time (events around the graph
+  // launch), the host time from one replay launch to the next and from the last stream sync (the
+  // step's results fetched) to the next launch; medians printed to stderr at exit. The first two
+  // differ by how long the GPU waits on the host between decode steps.
+  struct Timing {
+    cudaEvent_t start = nullptr, stop = nullptr;
+    bool pending = false;
+    std::chrono::steady_clock::time_point last{}, synced{};
+    std::vector<float> gpu_us, launch_us, host_us;  // host_us: from the last sync to the launch
+    std::chrono::steady_clock::time_point mark{};      // the last sync or staged piece of a replay
+    std::vector<std::vector<float>> piece_us;           // [piece]: host time since the previous mark
+    void lap(size_t piece);
+  };
+  void time_replay_begin();
+  void time_replay_end();
+  std::unique_ptr<Timing> timing_;
 
   cudaStream_t stream_;
   Mode mode_ = Mode::eager;

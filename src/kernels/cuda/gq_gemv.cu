@@ -74,7 +74,7 @@ static_assert(kMaxM == kGemvMaxRows, "scratch is laid out for kGemvMaxRows rows 
 constexpr int loads_of(int bits) { return bits == 2 || bits == 3 ? 2 : 4; }
 
 // Occupancy asked of ptxas, in blocks of 256 threads per SM (2: <= 128 registers, 1: <= 255). The
-// kernels need 94-128 registers, M = 16 128-182 (ptxas -v, sm_90a; <4, 8, 2> spills 8 bytes).
+// kernels need 89-128 registers, M = 16 up to 207 (ptxas -v, sm_90a, 2026-11-22; <4, 8, 2> spills 24 bytes).
 constexpr int min_blocks_of(int m) { return m == 16 ? 1 : 2; }
 constexpr int kBlocksPerSm = 2;  // resident blocks per SM: the k-split fills one wave of them
 // Columns a block stages at most (bounds the staged x: M = 16 takes 2 KiB per 32 columns).

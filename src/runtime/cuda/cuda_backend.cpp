@@ -90,13 +90,18 @@ struct PinnedHost {
     if (bytes > cap) {
       if (p != nullptr) cudaFreeHost(p);
       p = nullptr;
-      cap = 0;
-      LITHE_TRY(check(cudaMallocHost(&p, std::max<size_t>(bytes, 4096)), "cudaMallocHost (result buffer)"));
       cap = std::max<size_t>(bytes, 4096);
+      const Status st = check(cudaMallocHost(&p, cap), "cudaMallocHost (result buffer)");
+      if (!st.is_ok()) cap = 0;
+      LITHE_TRY(st);
     }
     return p;
   }
 };
+
+// top_k / token_logprobs keep n f32 values and then n int32 ids (or targets) in one buffer; the ids
+// start at this byte offset (16-byte aligned).
+size_t ids_offset(size_t n) { return (n * sizeof(float) + 15) / 16 * 16; }
 
 // Whether the matvec kernel (not cuBLAS) runs an m-row product with rows of n_in.
 bool matvec_path(int64_t m, int64_t n_in) { return m <= cuda::kMatvecMaxRows && n_in % 8 == 0; }
@@ -365,7 +370,7 @@ class CudaBackend final : public Backend {
     if (k <= 0) return error(StatusCode::invalid_argument, "top_k: k = {} must be positive", k);
     // Values then ids in one device buffer, fetched with one copy into pinned memory (this wait is
     // where a decode loop's GPU sits idle: it is kept short).
-    const size_t n = static_cast<size_t>(rows) * static_cast<size_t>(k), ids_at = (n * sizeof(float) + 15) / 16 * 16;
+    const size_t n = static_cast<size_t>(rows) * static_cast<size_t>(k), ids_at = ids_offset(n);
     const size_t bytes = ids_at + n * sizeof(int32_t);
     LITHE_ASSIGN(void* dev, topk_.get(bytes));
     LITHE_ASSIGN(void* host, topk_host_.get(bytes));
@@ -387,7 +392,7 @@ class CudaBackend final : public Backend {
       if (targets[r] >= vocab)
         return error(StatusCode::invalid_argument, "token_logprobs: target {} of row {} is outside the vocabulary {}",
                      targets[r], r, vocab);
-    const size_t n = static_cast<size_t>(rows), targets_at = (n * sizeof(float) + 15) / 16 * 16;
+    const size_t n = static_cast<size_t>(rows), targets_at = ids_offset(n);
     LITHE_ASSIGN(void* dev, topk_.get(targets_at + n * sizeof(int32_t)));  // values, then targets
     void* dv = dev;
     void* dt = static_cast<char*>(dev) + targets_at;

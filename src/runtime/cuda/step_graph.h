@@ -71,11 +71,11 @@ class StepGraph {
   // differ by how long the GPU waits on the host between decode steps.
   struct Timing {
     cudaEvent_t start = nullptr, stop = nullptr;
-    bool pending = false;
-    std::chrono::steady_clock::time_point last{}, synced{};
+    bool pending = false;  // start / stop hold a replay not yet collected
+    // The last replay launch, the last sync, the last sync or staged piece of a replay.
+    std::chrono::steady_clock::time_point last{}, synced{}, mark{};
     std::vector<float> gpu_us, launch_us, host_us;  // host_us: from the last sync to the launch
-    std::chrono::steady_clock::time_point mark{};      // the last sync or staged piece of a replay
-    std::vector<std::vector<float>> piece_us;           // [piece]: host time since the previous mark
+    std::vector<std::vector<float>> piece_us;       // [piece]: host time since the previous mark
     void lap(size_t piece);
   };
   void time_replay_begin();

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "lithe/decode/text_stream.h"
+#include "lithe/runtime/backend.h"
 
 namespace lithe {
 namespace {
@@ -60,7 +61,36 @@ Result<GenerateResult> generate(Model& model, KvCache& cache, std::vector<int32_
   bool stop_string_hit = false;
   const auto t1 = Clock::now();
   res.finish_reason = "length";
-  for (int64_t step = 0; step < opts.max_tokens; ++step) {
+  // Greedy decoding runs one step ahead: step s+1 is queued, its token the device's argmax
+  // (kArgmaxToken), before step s's token reaches the host, so sampling, text and the next step's
+  // staging overlap the device's work. A step queued past the end is dropped and its cache slot
+  // given back (so not with a rolling cache, whose append may evict).
+  const bool ahead = k == 1 && !cache.rolling();
+  bool queued = false;  // a step is queued whose top-1 is not yet fetched
+  auto drop_queued = [&]() -> Status {
+    if (!queued) return Status::ok();
+    queued = false;
+    LITHE_TRY(model.fetch_top_k(top_vals, top_ids));
+    cache.rewind(cache.size() - 1);
+    return Status::ok();
+  };
+  Status st;
+  for (int64_t step = 0; step < opts.max_tokens && st.is_ok(); ++step) {
+    const bool full = !cache.rolling() && cache.size() >= cache.capacity();
+    const bool fetch = queued;  // this token's result is still on its way
+    queued = ahead && !full && step + 1 < opts.max_tokens;
+    if (queued) {
+      const int32_t next = kArgmaxToken;
+      st = model.launch_top_k(cache, std::span<const int32_t>(&next, 1), 1);
+      if (!st.is_ok()) {
+        queued = false;
+        break;
+      }
+    }
+    if (fetch) {
+      st = model.fetch_top_k(top_vals, top_ids);
+      if (!st.is_ok()) break;
+    }
     const int32_t id = k > 0 ? sampler.sample_top(top_vals, top_ids)
                              : sampler.sample(std::span<float>(logits.data(), static_cast<size_t>(vocab)), history);
     res.tokens.push_back(id);
@@ -69,24 +99,31 @@ Result<GenerateResult> generate(Model& model, KvCache& cache, std::vector<int32_
       res.finish_reason = "stop";
       break;
     }
-    LITHE_ASSIGN(TextStream::Piece piece, stream.feed(id));
-    res.text += piece.text;
-    if (on_text && !piece.text.empty() && !on_text(piece.text)) {
+    Result<TextStream::Piece> piece = stream.feed(id);
+    if (!piece.is_ok()) {
+      st = piece.status();
+      break;
+    }
+    res.text += piece->text;
+    if (on_text && !piece->text.empty() && !on_text(piece->text)) {
       res.finish_reason = "cancelled";
       break;
     }
-    if (piece.stopped) {
+    if (piece->stopped) {
       res.finish_reason = "stop";
       stop_string_hit = true;
       break;
     }
-    if (!cache.rolling() && cache.size() >= cache.capacity()) {
+    if (full) {
       res.finish_reason = "context";
       break;
     }
     if (step + 1 == opts.max_tokens) break;
-    LITHE_TRY(run(std::span<const int32_t>(&history.back(), 1)));
+    if (!queued) st = run(std::span<const int32_t>(&history.back(), 1));
   }
+  const Status dropped = drop_queued();
+  LITHE_TRY(st);
+  LITHE_TRY(dropped);
   if (!stop_string_hit) {  // emit what was held back, and any incomplete UTF-8 tail
     const std::string rest = stream.flush();
     res.text += rest;

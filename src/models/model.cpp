@@ -264,6 +264,17 @@ Status Model::forward_top_k(KvCache& cache, std::span<const int32_t> tokens, int
   return forward_top_k(std::span<const SequenceInput>(&in, 1), k, vals, ids);
 }
 
+Status Model::launch_top_k(KvCache& cache, std::span<const int32_t> tokens, int k) {
+  const std::vector<int32_t> pos = next_positions(cache, tokens.size());
+  SequenceInput in{&cache, tokens, pos, false};
+  LITHE_ASSIGN(int64_t rows, forward_device(std::span<const SequenceInput>(&in, 1)));
+  return backend_->top_k_launch(logits_, rows, k);
+}
+
+Status Model::fetch_top_k(std::vector<float>& vals, std::vector<int32_t>& ids) {
+  return backend_->top_k_fetch(vals, ids);
+}
+
 Status Model::forward_logprobs(KvCache& cache, std::span<const int32_t> tokens, std::span<const int32_t> targets,
                                std::vector<float>& out) {
   if (targets.size() != tokens.size())

@@ -122,6 +122,44 @@ Status Backend::token_logprobs(const Tensor& logits, int64_t rows, const int32_t
 }
 
 Status Backend::top_k(const Tensor& logits, int64_t rows, int k, float* vals, int32_t* ids) {
+  launched_.clear();
+  return host_top_k(logits, rows, k, vals, ids);
+}
+
+Status Backend::top_k_launch(const Tensor& logits, int64_t rows, int k) {
+  if (launched_.size() >= kTopKInFlight)
+    return error(StatusCode::internal, "top_k_launch: {} results are already waiting to be fetched", launched_.size());
+  if (rows < 0 || k <= 0) return error(StatusCode::invalid_argument, "top_k_launch: {} rows, k = {}", rows, k);
+  TopK r;
+  r.vals.resize(static_cast<size_t>(rows * k));
+  r.ids.resize(static_cast<size_t>(rows * k));
+  LITHE_TRY(host_top_k(logits, rows, k, r.vals.data(), r.ids.data()));
+  launched_.push_back(std::move(r));
+  return Status::ok();
+}
+
+Status Backend::top_k_fetch(std::vector<float>& vals, std::vector<int32_t>& ids) {
+  if (launched_.empty()) return error(StatusCode::internal, "top_k_fetch: no top_k_launch is waiting");
+  vals = std::move(launched_.front().vals);
+  ids = std::move(launched_.front().ids);
+  launched_.pop_front();
+  return Status::ok();
+}
+
+Result<int32_t> Backend::token_id(const int32_t* ids, int64_t i, int64_t vocab) const {
+  int32_t id = ids[i];
+  if (id == kArgmaxToken) {
+    if (static_cast<size_t>(i) >= best_ids_.size())
+      return error(StatusCode::invalid_argument, "token {} asks for the argmax of row {} of the last top_k, which "
+                   "had {} rows", i, i, best_ids_.size());
+    id = best_ids_[static_cast<size_t>(i)];
+  }
+  if (id < 0 || id >= vocab)
+    return error(StatusCode::invalid_argument, "token id {} is out of range for a vocabulary of {}", id, vocab);
+  return id;
+}
+
+Status Backend::host_top_k(const Tensor& logits, int64_t rows, int k, float* vals, int32_t* ids) {
   const int64_t vocab = logits.dim(1);
   if (k <= 0 || k > vocab)
     return error(StatusCode::invalid_argument, "top_k: k = {} must be in 1..{} (the vocabulary)", k, vocab);
@@ -139,6 +177,8 @@ Status Backend::top_k(const Tensor& logits, int64_t rows, int k, float* vals, in
       vals[r * k + i] = row[order[static_cast<size_t>(i)]];
     }
   }
+  best_ids_.resize(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) best_ids_[static_cast<size_t>(r)] = ids[r * k];
   return Status::ok();
 }
 

@@ -33,9 +33,8 @@ class CpuBackend final : public Backend {
     LITHE_TRY(check_f32(out, n, d, "embedding output"));
     const auto* base = static_cast<const uint8_t*>(table.data());
     for (int64_t i = 0; i < n; ++i) {
-      if (ids[i] < 0 || ids[i] >= vocab)
-        return error(StatusCode::invalid_argument, "token id {} is out of range for a vocabulary of {}", ids[i], vocab);
-      LITHE_TRY(ref::dequantize_row(table.dtype(), base + ids[i] * table.strides()[0], out.data_as<float>() + i * d, d));
+      LITHE_ASSIGN(const int32_t id, token_id(ids, i, vocab));
+      LITHE_TRY(ref::dequantize_row(table.dtype(), base + id * table.strides()[0], out.data_as<float>() + i * d, d));
     }
     return Status::ok();
   }

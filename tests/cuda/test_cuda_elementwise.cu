@@ -59,9 +59,15 @@ TEST_F(CudaElementwise, EmbeddingGathersRowsOfEveryTableType) {
         std::vector<int32_t> ids(static_cast<size_t>(n));
         for (auto& id : ids) id = static_cast<int32_t>(rng() % vocab);
         ids[0] = static_cast<int32_t>(vocab - 1);
-        Dev<int32_t> dids(ids);
+        // Every third row reads its id from the feed (kArgmaxToken, the last top_k's best ids).
+        std::vector<int32_t> feed(static_cast<size_t>(n)), given = ids;
+        for (int64_t r = 0; r < n; ++r) {
+          feed[r] = static_cast<int32_t>(rng() % vocab);
+          if (r % 3 == 1) given[r] = -1, ids[r] = feed[r];
+        }
+        Dev<int32_t> dids(given), dfeed(feed);
         Dev<float> out(std::vector<float>(static_cast<size_t>(n * d), -7.0f));
-        ASSERT_TRUE(cuda::embedding(table, t, d, dids.get(), n, out.get(), stream_).is_ok());
+        ASSERT_TRUE(cuda::embedding(table, t, d, dids.get(), n, out.get(), stream_, dfeed.get()).is_ok());
         sync();
         std::vector<float> want(static_cast<size_t>(n * d));
         for (int64_t r = 0; r < n; ++r)

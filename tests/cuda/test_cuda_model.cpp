@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -506,6 +507,60 @@ TEST(CudaBackend, KvCacheOutOfMemorySaysAskedAndFree) {
   EXPECT_EQ(c.status().code(), StatusCode::out_of_memory);
   EXPECT_NE(c.status().message().find("free"), std::string::npos) << c.status().message();
   std::printf("%s\n", c.status().message().c_str());
+}
+
+// Decoding ahead (Model::launch_top_k with kArgmaxToken, as lithe bench and greedy generate() run):
+// a step queued before the previous step's result is fetched reads that argmax on the device,
+// through eager, captured and replayed steps (the replays alternating two staging buffers), and
+// gives the same tokens as one synchronous forward_top_k per token. Twice, on two caches (new step
+// keys: eager, capture and replay again).
+TEST(CudaModel, DecodingAheadEqualsOneStepAtATime) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  ModelConfig c;
+  c.arch = "llama";
+  c.n_layers = 3, c.d_model = 256, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 64, c.d_ff = 512;
+  c.vocab_size = 1000, c.rope_dim = 64;
+  auto m = Model::synthetic(c, DType::f16, Device::cuda, 5);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  const std::vector<int32_t> prompt = {5, 77, 301, 9, 640, 2, 999};
+  constexpr int kSteps = 40;
+  std::vector<float> vals;
+  std::vector<int32_t> ids;
+  for (int round = 0; round < 2; ++round) {
+    auto c1 = (*m)->new_cache(128, DType::f16), c2 = (*m)->new_cache(128, DType::f16);
+    ASSERT_TRUE(c1.is_ok() && c2.is_ok());
+    std::vector<int32_t> want, got;
+    ASSERT_TRUE((*m)->forward_top_k(*c1, prompt, 1, vals, ids).is_ok());
+    for (int i = 0; i < kSteps; ++i) {
+      want.push_back(ids[0]);
+      ASSERT_TRUE((*m)->forward_top_k(*c1, std::span<const int32_t>(&want.back(), 1), 1, vals, ids).is_ok());
+    }
+    ASSERT_TRUE((*m)->launch_top_k(*c2, prompt, 1).is_ok());
+    const int32_t next = kArgmaxToken;
+    for (int i = 0; i < kSteps; ++i) {
+      ASSERT_TRUE((*m)->launch_top_k(*c2, std::span<const int32_t>(&next, 1), 1).is_ok());
+      ASSERT_TRUE((*m)->fetch_top_k(vals, ids).is_ok());
+      got.push_back(ids[0]);
+    }
+    ASSERT_TRUE((*m)->fetch_top_k(vals, ids).is_ok());
+    EXPECT_EQ(got, want) << "round " << round;
+    EXPECT_EQ(c2->size(), c1->size());
+    std::set<int32_t> distinct(want.begin(), want.end());
+    EXPECT_GT(distinct.size(), 1u);  // the stream is not stuck on one token
+  }
+}
+
+// Without a top_k before it, a kArgmaxToken has nothing to read.
+TEST(CudaBackend, ArgmaxTokenNeedsATopK) {
+  Both b;
+  if (!b.gpu) GTEST_SKIP() << "no CUDA device";
+  auto table = b.gpu->alloc(DType::f16, {10, 8});
+  auto out = b.gpu->alloc(DType::f32, {1, 8});
+  ASSERT_TRUE(table.is_ok() && out.is_ok());
+  const int32_t id = kArgmaxToken;
+  Status st = b.gpu->embedding(*table, &id, 1, *out);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("argmax"), std::string::npos) << st.message();
 }
 
 // ---- the default model ----------------------------------------------------------------------------

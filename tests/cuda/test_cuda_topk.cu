@@ -130,14 +130,16 @@ void check(Kind kind, int64_t rows, int64_t vocab, int k, bool misalign, std::mt
     logits.insert(logits.end(), row.begin(), row.end());
   }
   Dev<float> dl(logits.size() + 1), dv(static_cast<size_t>(rows * k));
-  Dev<int32_t> di(static_cast<size_t>(rows * k));
+  Dev<int32_t> di(static_cast<size_t>(rows * k)), db(static_cast<size_t>(rows));
   dl.put(logits, misalign ? 1 : 0);
-  ASSERT_TRUE(cuda::top_k(dl.get() + (misalign ? 1 : 0), rows, vocab, k, dv.get(), di.get(), s).is_ok()) << what;
+  ASSERT_TRUE(cuda::top_k(dl.get() + (misalign ? 1 : 0), rows, vocab, k, dv.get(), di.get(), s, db.get()).is_ok())
+      << what;
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess) << what;
   const std::vector<float> vals = dv.host();
-  const std::vector<int32_t> ids = di.host();
+  const std::vector<int32_t> ids = di.host(), best = db.host();
   for (int64_t r = 0; r < rows; ++r) {
     const auto want = reference(logits.data() + r * vocab, vocab, k);
+    ASSERT_EQ(best[r], want[0].second) << what << " row " << r << " (best)";
     for (int j = 0; j < k; ++j) {
       ASSERT_EQ(ids[r * k + j], want[j].second) << what << " row " << r << " rank " << j;
       ASSERT_EQ(bits(vals[r * k + j]), bits(want[j].first)) << what << " row " << r << " rank " << j;

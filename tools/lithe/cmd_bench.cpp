@@ -1,9 +1,10 @@
 // lithe bench -m MODEL | --synthetic NAME [--dtype f16] [--device cpu|cuda] [-p 512] [-n 128] [-d 0]
-//             [-r 5] [--threads T] [--json]
+//             [-r 5] [--threads T] [--json] [--in-step]
 // Prompt processing (one forward pass of p tokens, in chunks of --ubatch) and generation (n
 // single-token steps after a context of d tokens), each repeated r times after a warm-up; medians
 // and spread, peak memory, and the memory bandwidth decode achieves (weight bytes + KV bytes read
-// per token). Generation takes the argmax through Model::forward_top_k, as greedy decoding does.
+// per token). Generation decodes greedily as generate() does: each step is queued with its token
+// the previous step's argmax on the device (kArgmaxToken) before that step's result is fetched.
 // --synthetic builds a model of a known shape (llama2-7b, llama3-8b, llama2-13b) with random
 // weights on the device, so real-size speed is measured without real weights.
 #include <fmt/format.h>
@@ -32,6 +33,7 @@ struct Options {
   std::string synthetic, dtype = "f16";
   int64_t p = 512, n = 128, depth = 0, reps = 5, ubatch = 512;
   bool json = false;
+  bool in_step = false;  // --in-step: fetch each token before queuing the next step
 };
 
 Result<std::unique_ptr<Model>> load_model(const Options& o) {
@@ -98,12 +100,13 @@ Status run(Options& o) {
   auto run_tg = [&]() -> Result<double> {
     cache.clear();
     LITHE_TRY(prefill(o.depth));
-    int32_t t = prompt[0];
+    const int32_t first = prompt[0], next = kArgmaxToken;
     const double t0 = now_s();
     for (int64_t i = 0; i < o.n; ++i) {
-      LITHE_TRY(model->forward_top_k(cache, std::span<const int32_t>(&t, 1), 1, vals, ids));
-      t = ids[0];
+      LITHE_TRY(model->launch_top_k(cache, std::span<const int32_t>(i == 0 ? &first : &next, 1), 1));
+      if (i > 0 || o.in_step) LITHE_TRY(model->fetch_top_k(vals, ids));
     }
+    if (!o.in_step) LITHE_TRY(model->fetch_top_k(vals, ids));
     return now_s() - t0;
   };
   std::vector<double> pp, tg;
@@ -189,6 +192,8 @@ void setup(CLI::App& sub, Runner& runner) {
   sub.add_option("-n,--n-gen", o->n, "tokens per generation run")->capture_default_str();
   sub.add_option("-r,--repetitions", o->reps, "repetitions (after one warm-up)")->capture_default_str();
   sub.add_flag("--json", o->json, "print JSON");
+  sub.add_flag("--in-step", o->in_step, "generation: fetch each token before queuing the next step (no decoding "
+               "ahead; what running ahead gains)");
   runner = [o] { return run(*o); };
 }
 

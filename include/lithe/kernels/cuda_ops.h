@@ -29,7 +29,10 @@ enum class RopeMode { interleaved, half };  // as cpu::RopeStyle
 
 // ---- elementwise (elementwise.cu) -----------------------------------------------------------------
 // out[i, :] = f32(table[ids[i], :]); ids are on the device and already range-checked by the caller.
-Status embedding(const void* table, WeightType t, int64_t d, const int32_t* ids, int64_t n, float* out, Stream s);
+// An id < 0 reads feed[i] instead (device; kArgmaxToken: the last top_k's best ids), which the
+// caller vouches for too.
+Status embedding(const void* table, WeightType t, int64_t d, const int32_t* ids, int64_t n, float* out, Stream s,
+                 const int32_t* feed = nullptr);
 // y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w  (x and y may alias).
 Status rmsnorm(const float* x, const float* w, float eps, int64_t m, int64_t n, float* y, Stream s);
 // x += y (n elements).
@@ -182,9 +185,10 @@ Status fill_uniform(void* dst, WeightType t, int64_t n, uint64_t seed, float cen
 // ---- sampling (topk.cu) ---------------------------------------------------------------------------
 // For each of `rows` rows of logits [rows][vocab] (device): the k largest values and their ids,
 // sorted by value descending (ties: smaller id first), written to vals/ids [rows][k] (device).
-// k <= kTopKMax. k = 1 is argmax.
+// k <= kTopKMax. k = 1 is argmax. best (optional, device [rows]): each row's first id again.
 inline constexpr int kTopKMax = 256;
-Status top_k(const float* logits, int64_t rows, int64_t vocab, int k, float* vals, int32_t* ids, Stream s);
+Status top_k(const float* logits, int64_t rows, int64_t vocab, int k, float* vals, int32_t* ids, Stream s,
+             int32_t* best = nullptr);
 
 // ---- scoring (logprob.cu) -------------------------------------------------------------------------
 // out[r] = log_softmax(logits[r])[targets[r]] for rows of logits [rows][vocab] (device; targets and

@@ -109,6 +109,12 @@ class Model {
                        std::vector<int32_t>& ids);
   Status forward_top_k(KvCache& cache, std::span<const int32_t> tokens, int k, std::vector<float>& vals,
                        std::vector<int32_t>& ids);
+  // forward_top_k in two halves (Backend::top_k_launch): the step and its top-k are queued, and
+  // fetch_top_k returns the oldest queued result. With a token kArgmaxToken, the argmax of the
+  // previous launch, greedy decoding queues step N+1 before step N's token reaches the host: the
+  // host's work between steps (staging, sampling, text) overlaps the device's.
+  Status launch_top_k(KvCache& cache, std::span<const int32_t> tokens, int k);
+  Status fetch_top_k(std::vector<float>& vals, std::vector<int32_t>& ids);
   // One sequence's tokens, every row scored: out[i] = log p(targets[i] | tokens[..i]) (a negative
   // target gives 0). Only these floats leave the backend (perplexity on a GPU).
   Status forward_logprobs(KvCache& cache, std::span<const int32_t> tokens, std::span<const int32_t> targets,

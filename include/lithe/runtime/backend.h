@@ -7,6 +7,7 @@
 // the backend's linear supports (supports_weight); ids/positions are host arrays.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <span>
 #include <vector>
@@ -40,6 +41,11 @@ float log_sum_exp(const float* row, int64_t n);
 // log_softmax(row)[target]: the reference every backend's token_logprobs matches.
 inline float target_logprob(const float* row, int64_t n, int32_t target) { return row[target] - log_sum_exp(row, n); }
 
+// A token id the embedding reads as "row i's best id in the last top_k / top_k_launch" (k = 1:
+// greedy decoding's next token) where that result lies, so a decode step can be queued before the
+// previous step's token reaches the host (Model::launch_top_k).
+inline constexpr int32_t kArgmaxToken = -1;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -57,7 +63,8 @@ class Backend {
   // message naming the format and shape) when no kernel here runs it; the loader then dequantizes it.
   virtual Result<Tensor> prepare_quantized(const gq::Matrix& m);
 
-  // out[i, :] = table[ids[i], :] as f32 (table in any dequantizable dtype).
+  // out[i, :] = table[ids[i], :] as f32 (table in any dequantizable dtype); ids[i] = kArgmaxToken
+  // takes row i's best id of the last top_k / top_k_launch (an error when there is none).
   virtual Status embedding(const Tensor& table, const int32_t* ids, int64_t n, Tensor& out) = 0;
   // y = x · wᵀ for x [m, n_in] -> y [m, n_out]; `m` rows of x are used (x may be larger).
   virtual Status linear(const Tensor& w, const Tensor& x, int64_t m, Tensor& y) = 0;
@@ -116,6 +123,13 @@ class Backend {
   // The k largest logits of each of `rows` rows with their ids (value descending, ties by smaller
   // id), into host arrays [rows][k]. Lets a device reduce the vocabulary before anything is copied.
   virtual Status top_k(const Tensor& logits, int64_t rows, int k, float* vals, int32_t* ids);
+  // top_k in two halves, so that more work can be queued before its result is read: top_k_launch
+  // enqueues it (rows * k values and ids kept by the backend), top_k_fetch waits for the oldest
+  // launched result not yet fetched and moves it out. At most kTopKInFlight are unfetched; a
+  // synchronous top_k() drops any that are. Default: top_k() at launch, its result kept until fetched.
+  static constexpr size_t kTopKInFlight = 2;
+  virtual Status top_k_launch(const Tensor& logits, int64_t rows, int k);
+  virtual Status top_k_fetch(std::vector<float>& vals, std::vector<int32_t>& ids);
   // out[r] = log_softmax(logits row r)[targets[r]] (host arrays of `rows`; a negative target
   // gives 0): perplexity without copying whole rows off a device. The softmax sum is accumulated
   // in double, as target_logprob does.
@@ -139,9 +153,23 @@ class Backend {
   }
 
  protected:
+  // Each row's best id in the last top_k (the default top_k sets them): what kArgmaxToken reads on
+  // a host backend.
+  std::vector<int32_t> best_ids_;
+  // ids[i], or best_ids_[i] for kArgmaxToken; an error naming the id when it is outside [0, vocab).
+  Result<int32_t> token_id(const int32_t* ids, int64_t i, int64_t vocab) const;
+  // top_k on the host (logits copied there first if need be), setting best_ids_.
+  Status host_top_k(const Tensor& logits, int64_t rows, int k, float* vals, int32_t* ids);
   // The first `rows` rows of f32 logits readable on the host: in place for a host tensor (checked,
   // errors name `what`), else copied into `copy`.
   Result<const float*> host_rows(const Tensor& logits, int64_t rows, std::vector<float>& copy, const char* what);
+
+ private:
+  struct TopK {
+    std::vector<float> vals;
+    std::vector<int32_t> ids;
+  };
+  std::deque<TopK> launched_;  // the default top_k_launch's results, oldest first
 };
 
 // For backends: OK when `t` is an f32 contiguous [>= m, cols] matrix on `device` (cols < 0: any);

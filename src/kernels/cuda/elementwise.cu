@@ -78,13 +78,14 @@ __device__ __forceinline__ int64_t flat_stride() { return int64_t(gridDim.x) * b
 // ---- kernels --------------------------------------------------------------------------------------
 // out[i, :] = table[ids[i], :] as f32. vec: d % 4 == 0 and rows aligned for 4-wide access.
 template <typename T>
-__global__ void embedding_kernel(const T* __restrict__ table, int64_t d, const int32_t* __restrict__ ids, int64_t n,
-                                 bool vec, float* __restrict__ out) {
+__global__ void embedding_kernel(const T* __restrict__ table, int64_t d, const int32_t* __restrict__ ids,
+                                 const int32_t* __restrict__ feed, int64_t n, bool vec, float* __restrict__ out) {
   detail::pdl_wait();  // launched with launch_pdl: inputs come from the previous kernel
   detail::pdl_release();
   const int64_t d4 = vec ? d / 4 : 0;
   for (int64_t r = blockIdx.y; r < n; r += gridDim.y) {
-    const T* src = table + static_cast<int64_t>(ids[r]) * d;
+    const int32_t id = ids[r] >= 0 || feed == nullptr ? ids[r] : feed[r];
+    const T* src = table + static_cast<int64_t>(id) * d;
     float* dst = out + r * d;
     for (int64_t c = flat_index(); c < d4; c += flat_stride()) store4(dst + 4 * c, load4(src + 4 * c));
     for (int64_t c = 4 * d4 + flat_index(); c < d; c += flat_stride()) dst[c] = detail::to_float(src[c]);
@@ -243,7 +244,8 @@ Status not_null(const char* op, const char* name, const void* p) {
 
 }  // namespace
 
-Status embedding(const void* table, WeightType t, int64_t d, const int32_t* ids, int64_t n, float* out, Stream s) {
+Status embedding(const void* table, WeightType t, int64_t d, const int32_t* ids, int64_t n, float* out, Stream s,
+                 const int32_t* feed) {
   LITHE_TRY(non_negative("embedding", "d", d));
   LITHE_TRY(non_negative("embedding", "n", n));
   if (n == 0 || d == 0) return Status::ok();
@@ -255,13 +257,13 @@ Status embedding(const void* table, WeightType t, int64_t d, const int32_t* ids,
   const RowShape g = row_shape(n, vec ? d / 4 : d);
   switch (t) {
     case WeightType::f32:
-      detail::launch_pdl(embedding_kernel<float>, g.grid, g.block, 0, s, static_cast<const float*>(table), d, ids, n, vec, out);
+      detail::launch_pdl(embedding_kernel<float>, g.grid, g.block, 0, s, static_cast<const float*>(table), d, ids, feed, n, vec, out);
       break;
     case WeightType::f16:
-      detail::launch_pdl(embedding_kernel<__half>, g.grid, g.block, 0, s, static_cast<const __half*>(table), d, ids, n, vec, out);
+      detail::launch_pdl(embedding_kernel<__half>, g.grid, g.block, 0, s, static_cast<const __half*>(table), d, ids, feed, n, vec, out);
       break;
     case WeightType::bf16:
-      detail::launch_pdl(embedding_kernel<__nv_bfloat16>, g.grid, g.block, 0, s, static_cast<const __nv_bfloat16*>(table), d, ids, n, vec, out);
+      detail::launch_pdl(embedding_kernel<__nv_bfloat16>, g.grid, g.block, 0, s, static_cast<const __nv_bfloat16*>(table), d, ids, feed, n, vec, out);
       break;
     default:
       return bad_arg("embedding: unknown weight type " + num(static_cast<int>(t)));

@@ -271,7 +271,7 @@ __device__ __forceinline__ void sort_desc(uint64_t* keys, int n) {
 
 __global__ void __launch_bounds__(kMaxThreads, 1) topk_kernel(const float* __restrict__ logits, uint32_t vocab, int k,
                                                               bool vec, float* __restrict__ vals,
-                                                              int32_t* __restrict__ ids) {
+                                                              int32_t* __restrict__ ids, int32_t* __restrict__ best) {
   __shared__ Smem sh;
   const Row row{logits + int64_t(blockIdx.x) * vocab, vocab, vec};
 
@@ -318,11 +318,13 @@ __global__ void __launch_bounds__(kMaxThreads, 1) topk_kernel(const float* __res
     const uint32_t id = key_id(out[i]);
     ids[int64_t(blockIdx.x) * k + i] = static_cast<int32_t>(id);
     vals[int64_t(blockIdx.x) * k + i] = row.p[id];
+    if (i == 0 && best != nullptr) best[blockIdx.x] = static_cast<int32_t>(id);
   }
 }
 
 __global__ void __launch_bounds__(kMaxThreads) argmax_kernel(const float* __restrict__ logits, uint32_t vocab, bool vec,
-                                                             float* __restrict__ vals, int32_t* __restrict__ ids) {
+                                                             float* __restrict__ vals, int32_t* __restrict__ ids,
+                                                             int32_t* __restrict__ best_ids) {
   __shared__ uint64_t partial[32];
   const Row row{logits + int64_t(blockIdx.x) * vocab, vocab, vec};
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
@@ -335,6 +337,7 @@ __global__ void __launch_bounds__(kMaxThreads) argmax_kernel(const float* __rest
       const uint32_t id = key_id(best);
       ids[blockIdx.x] = static_cast<int32_t>(id);
       vals[blockIdx.x] = row.p[id];
+      if (best_ids != nullptr) best_ids[blockIdx.x] = static_cast<int32_t>(id);
     }
   }
 }
@@ -343,7 +346,8 @@ Status bad(const std::string& what) { return detail::bad_arg("top_k: " + what); 
 
 }  // namespace
 
-Status top_k(const float* logits, int64_t rows, int64_t vocab, int k, float* vals, int32_t* ids, Stream s) {
+Status top_k(const float* logits, int64_t rows, int64_t vocab, int k, float* vals, int32_t* ids, Stream s,
+             int32_t* best) {
   if (k < 1 || k > kTopKMax)
     return bad("k must be in [1, " + std::to_string(kTopKMax) + "], got " + std::to_string(k));
   if (vocab < 1 || vocab > INT32_MAX)
@@ -358,10 +362,10 @@ Status top_k(const float* logits, int64_t rows, int64_t vocab, int k, float* val
   const unsigned threads = vocab >= 4096 ? kMaxThreads : 256;
   const auto v = static_cast<uint32_t>(vocab);
   if (k == 1) {
-    argmax_kernel<<<static_cast<unsigned>(rows), threads, 0, s>>>(logits, v, vec, vals, ids);
+    argmax_kernel<<<static_cast<unsigned>(rows), threads, 0, s>>>(logits, v, vec, vals, ids, best);
     return detail::launched("argmax_kernel");
   }
-  topk_kernel<<<static_cast<unsigned>(rows), threads, 0, s>>>(logits, v, k, vec, vals, ids);
+  topk_kernel<<<static_cast<unsigned>(rows), threads, 0, s>>>(logits, v, k, vec, vals, ids, best);
   return detail::launched("topk_kernel");
 }
 

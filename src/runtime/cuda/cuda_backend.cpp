@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <string_view>
 
@@ -170,6 +171,9 @@ class CudaBackend final : public Backend {
     LITHE_ASSIGN(void* ws, b->blas_ws_.get(32u << 20));
     LITHE_TRY(check_blas(cublasSetWorkspace(b->blas_, ws, 32u << 20), "cublasSetWorkspace"));
     b->steps_ = std::make_unique<StepGraph>(b->stream_);
+    LITHE_ASSIGN(b->best_, Tensor::empty(DType::i32, {kBestMax}, Device::cuda));
+    for (TopKSlot& s : b->topk_slots_)
+      LITHE_TRY(check(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "cudaEventCreate"));
     for (Scratch* sc : {&b->blas_ws_, &b->x16_, &b->attn_ws_, &b->topk_, &b->keys_, &b->marlin_ws_,
                         &b->w16_, &b->gemv_ws_})
       sc->steps = b->steps_.get();
@@ -177,6 +181,8 @@ class CudaBackend final : public Backend {
   }
   ~CudaBackend() override {
     steps_.reset();
+    for (TopKSlot& s : topk_slots_)
+      if (s.done != nullptr) cudaEventDestroy(s.done);
     if (blas_ != nullptr) cublasDestroy(blas_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
@@ -211,12 +217,19 @@ class CudaBackend final : public Backend {
     LITHE_TRY(check_act(out, n, d, "embedding output"));
     LITHE_TRY(check_weight(table, "embedding table"));
     LITHE_ASSIGN(cuda::WeightType wt, weight_type(table));
-    for (int64_t i = 0; i < n; ++i)
+    for (int64_t i = 0; i < n; ++i) {
+      if (ids[i] == kArgmaxToken && i < best_rows_ && best_vocab_ == vocab) continue;  // read on the device
+      if (ids[i] == kArgmaxToken)
+        return error(StatusCode::invalid_argument, "token {} asks for the argmax of row {} of the last top_k, which "
+                     "had {} rows on the device (over a vocabulary of {}, this table's is {})", i, i, best_rows_,
+                     best_vocab_, vocab);
       if (ids[i] < 0 || ids[i] >= vocab)
         return error(StatusCode::invalid_argument, "token id {} is out of range for a vocabulary of {}", ids[i], vocab);
+    }
     LITHE_ASSIGN(const void* dids, steps_->stage(ids, static_cast<size_t>(n) * sizeof(int32_t)));
     if (steps_->replaying()) return Status::ok();
-    return cuda::embedding(table.data(), wt, d, static_cast<const int32_t*>(dids), n, out.data_as<float>(), stream_);
+    return cuda::embedding(table.data(), wt, d, static_cast<const int32_t*>(dids), n, out.data_as<float>(), stream_,
+                           best_.data_as<int32_t>());
   }
 
   Status linear(const Tensor& w, const Tensor& x, int64_t m, Tensor& y) override {
@@ -363,26 +376,47 @@ class CudaBackend final : public Backend {
     return Status::ok();
   }
 
+  // top_k: the kernel writes values, then ids, into topk_ (and each row's best id into best_, the
+  // feed of kArgmaxToken), and one copy takes them into a pinned slot whose event marks its arrival.
   Status top_k(const Tensor& logits, int64_t rows, int k, float* vals, int32_t* ids) override {
+    topk_pending_.clear();  // unfetched results are dropped (their slots' late copies land first)
+    LITHE_TRY(top_k_launch(logits, rows, k));
+    return fetch_top_k(vals, ids, nullptr, nullptr);
+  }
+  Status top_k_launch(const Tensor& logits, int64_t rows, int k) override {
     LITHE_TRY(check_act(logits, rows, -1, "top_k logits"));
     const int64_t vocab = logits.dim(1);
-    if (k > cuda::kTopKMax || k > vocab) return Backend::top_k(logits, rows, k, vals, ids);
     if (k <= 0) return error(StatusCode::invalid_argument, "top_k: k = {} must be positive", k);
-    // Values then ids in one device buffer, fetched with one copy into pinned memory (this wait is
-    // where a decode loop's GPU sits idle: it is kept short).
-    const size_t n = static_cast<size_t>(rows) * static_cast<size_t>(k), ids_at = ids_offset(n);
-    const size_t bytes = ids_at + n * sizeof(int32_t);
-    LITHE_ASSIGN(void* dev, topk_.get(bytes));
-    LITHE_ASSIGN(void* host, topk_host_.get(bytes));
-    auto* dv = static_cast<float*>(dev);
-    auto* di = reinterpret_cast<int32_t*>(static_cast<char*>(dev) + ids_at);
-    LITHE_TRY(cuda::top_k(logits.data_as<float>(), rows, vocab, k, dv, di, stream_));
-    LITHE_TRY(check(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream_), "top_k copy"));
-    LITHE_TRY(check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
-    steps_->synced();
-    std::memcpy(vals, host, n * sizeof(float));
-    std::memcpy(ids, static_cast<const char*>(host) + ids_at, n * sizeof(int32_t));
+    if (topk_pending_.size() >= kTopKInFlight)
+      return error(StatusCode::internal, "top_k_launch: {} results are already waiting to be fetched",
+                   topk_pending_.size());
+    TopKSlot& slot = topk_slots_[topk_next_];
+    const size_t n = static_cast<size_t>(rows) * static_cast<size_t>(k);
+    slot.n = n;
+    LITHE_ASSIGN(void* host, slot.host.get(ids_offset(n) + n * sizeof(int32_t)));
+    if (k > cuda::kTopKMax || k > vocab) {  // on the host (best_ left behind: kArgmaxToken refused)
+      best_rows_ = 0;
+      LITHE_TRY(Backend::top_k(logits, rows, k, static_cast<float*>(host),
+                               reinterpret_cast<int32_t*>(static_cast<char*>(host) + ids_offset(n))));
+    } else {
+      const size_t bytes = ids_offset(n) + n * sizeof(int32_t);
+      LITHE_ASSIGN(void* dev, topk_.get(bytes));
+      auto* dv = static_cast<float*>(dev);
+      auto* di = reinterpret_cast<int32_t*>(static_cast<char*>(dev) + ids_offset(n));
+      const bool feed = rows <= kBestMax;
+      LITHE_TRY(cuda::top_k(logits.data_as<float>(), rows, vocab, k, dv, di, stream_,
+                            feed ? best_.data_as<int32_t>() : nullptr));
+      best_rows_ = feed ? rows : 0;
+      best_vocab_ = vocab;
+      LITHE_TRY(check(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream_), "top_k copy"));
+    }
+    LITHE_TRY(check(cudaEventRecord(slot.done, stream_), "cudaEventRecord"));
+    topk_pending_.push_back(topk_next_);
+    topk_next_ = (topk_next_ + 1) % kTopKInFlight;
     return Status::ok();
+  }
+  Status top_k_fetch(std::vector<float>& vals, std::vector<int32_t>& ids) override {
+    return fetch_top_k(nullptr, nullptr, &vals, &ids);
   }
 
   Status token_logprobs(const Tensor& logits, int64_t rows, const int32_t* targets, float* out) override {
@@ -681,12 +715,41 @@ class CudaBackend final : public Backend {
     return cuda::attention_prefill(p, n_kv, stream_);
   }
 
+  // The oldest unfetched top_k_launch into host arrays (sized by the caller) or vectors (resized).
+  // Waiting for its copy is where a decode loop's host waits on the GPU.
+  Status fetch_top_k(float* vals, int32_t* ids, std::vector<float>* vv, std::vector<int32_t>* vi) {
+    if (topk_pending_.empty()) return error(StatusCode::internal, "top_k_fetch: no top_k_launch is waiting");
+    const TopKSlot& slot = topk_slots_[topk_pending_.front()];
+    topk_pending_.pop_front();
+    LITHE_TRY(check(cudaEventSynchronize(slot.done), "cudaEventSynchronize (top_k)"));
+    if (cudaStreamQuery(stream_) == cudaSuccess) steps_->synced();
+    if (vv != nullptr) {
+      vv->resize(slot.n);
+      vi->resize(slot.n);
+      vals = vv->data();
+      ids = vi->data();
+    }
+    std::memcpy(vals, slot.host.p, slot.n * sizeof(float));
+    std::memcpy(ids, static_cast<const char*>(slot.host.p) + ids_offset(slot.n), slot.n * sizeof(int32_t));
+    return Status::ok();
+  }
+
   cuda::DeviceInfo info_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   std::unique_ptr<StepGraph> steps_;
   Scratch blas_ws_, x16_, attn_ws_, topk_, keys_;  // topk_: top_k / token_logprobs values and ids
-  PinnedHost topk_host_;                           // top_k results on the host
+  struct TopKSlot {  // one launched top_k's results on the host
+    PinnedHost host;
+    cudaEvent_t done = nullptr;  // recorded after the copy into host
+    size_t n = 0;                // values (and ids)
+  };
+  TopKSlot topk_slots_[kTopKInFlight];
+  std::deque<size_t> topk_pending_;  // launched, unfetched slots, oldest first
+  size_t topk_next_ = 0;
+  static constexpr int64_t kBestMax = 4096;  // rows whose best id best_ keeps
+  Tensor best_;                              // [kBestMax] i32: the last device top_k's best ids
+  int64_t best_rows_ = 0, best_vocab_ = 0;   // rows best_ holds (0: none) and their vocabulary
   Scratch marlin_ws_, w16_;  // gq: the Marlin GEMM's f16 activations and locks; GEMV weights expanded to f16
   Scratch gemv_ws_;          // gq: the GEMV k-split's partial sums and counters (zeroed when allocated)
   std::map<const cpu::RopeTable*, Tensor> rope_;

@@ -23,71 +23,72 @@ float median(std::vector<float> v) {
 }  // namespace
 
 StepGraph::StepGraph(cudaStream_t s) : stream_(s) {
+  for (cudaEvent_t& e : left_) cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
   const char* e = std::getenv("LITHE_STEP_TIMES");
   if (e == nullptr || std::strcmp(e, "1") != 0) return;
   timing_ = std::make_unique<Timing>();
-  if (cudaEventCreate(&timing_->start) != cudaSuccess || cudaEventCreate(&timing_->stop) != cudaSuccess)
-    timing_.reset();
+  for (size_t i = 0; i < Timing::kRing; ++i)
+    if (cudaEventCreate(&timing_->start[i]) != cudaSuccess || cudaEventCreate(&timing_->stop[i]) != cudaSuccess) {
+      timing_.reset();
+      return;
+    }
 }
 
-void StepGraph::Timing::lap(size_t piece) {
-  const auto now = std::chrono::steady_clock::now();
-  if (synced > last) {  // a replay that follows a fetch of results
-    if (piece_us.size() <= piece) piece_us.resize(piece + 1);
-    piece_us[piece].push_back(std::chrono::duration<float, std::micro>(now - mark).count());
+StepGraph::Timing::~Timing() {
+  std::fprintf(stderr, "step times: %zu replays, GPU %.1f us per step, %.1f us between steps, launch to launch "
+               "%.1f us (medians)\n", gpu_us.size(), median(gpu_us), median(gap_us), median(launch_us));
+  for (size_t i = 0; i < kRing; ++i) {
+    if (start[i] != nullptr) cudaEventDestroy(start[i]);
+    if (stop[i] != nullptr) cudaEventDestroy(stop[i]);
   }
-  mark = now;
 }
 
-// Called at a replay's graph launch: collects the previous replay's GPU time, starts this one's.
+// At replay i's launch: collects replay i - 2 (long finished in a decode loop two steps deep) and
+// the gap after replay i - 3, then starts replay i's events.
 void StepGraph::time_replay_begin() {
   Timing& t = *timing_;
   const auto now = std::chrono::steady_clock::now();
-  if (t.pending) {
+  const size_t i = t.replays, R = Timing::kRing;
+  if (i >= 1) t.launch_us.push_back(std::chrono::duration<float, std::micro>(now - t.last).count());
+  if (i >= 2 && cudaEventSynchronize(t.stop[(i - 2) % R]) == cudaSuccess) {
     float ms = 0.f;
-    if (cudaEventSynchronize(t.stop) == cudaSuccess && cudaEventElapsedTime(&ms, t.start, t.stop) == cudaSuccess) {
+    if (cudaEventElapsedTime(&ms, t.start[(i - 2) % R], t.stop[(i - 2) % R]) == cudaSuccess)
       t.gpu_us.push_back(ms * 1000.f);
-      t.launch_us.push_back(std::chrono::duration<float, std::micro>(now - t.last).count());
-      if (t.synced > t.last) t.host_us.push_back(std::chrono::duration<float, std::micro>(now - t.synced).count());
-    }
+    if (i >= 3 && cudaEventElapsedTime(&ms, t.stop[(i - 3) % R], t.start[(i - 2) % R]) == cudaSuccess)
+      t.gap_us.push_back(ms * 1000.f);
   }
-  t.lap(piece_);  // the last piece to the launch
   t.last = now;
-  cudaEventRecord(t.start, stream_);
+  cudaEventRecord(t.start[i % R], stream_);
 }
 void StepGraph::time_replay_end() {
-  cudaEventRecord(timing_->stop, stream_);
-  timing_->pending = true;
+  cudaEventRecord(timing_->stop[timing_->replays % Timing::kRing], stream_);
+  ++timing_->replays;
 }
 
 StepGraph::~StepGraph() {
-  if (timing_ != nullptr) {
-    std::fprintf(stderr, "step times: %zu replays, GPU %.1f us, launch to launch %.1f us, sync to launch %.1f us (medians)\n",
-                 timing_->gpu_us.size(), median(timing_->gpu_us), median(timing_->launch_us), median(timing_->host_us));
-    // Where the host time between a sync and the next launch goes: the slowest stretches.
-    std::vector<std::pair<float, size_t>> laps;
-    for (size_t i = 0; i < timing_->piece_us.size(); ++i) laps.emplace_back(median(timing_->piece_us[i]), i);
-    std::sort(laps.rbegin(), laps.rend());
-    std::fprintf(stderr, "host stretches before piece (median us; %zu pieces, the last one = launch):", laps.size());
-    for (size_t i = 0; i < std::min<size_t>(laps.size(), 8); ++i) std::fprintf(stderr, " #%zu %.1f", laps[i].second, laps[i].first);
-    std::fprintf(stderr, "\n");
-    cudaEventDestroy(timing_->start);
-    cudaEventDestroy(timing_->stop);
-  }
-  for (auto& [k, e] : steps_)
-    if (e.exec != nullptr) cudaGraphExecDestroy(e.exec);
-  if (host_ != nullptr) cudaFreeHost(host_);
+  if (timing_ != nullptr) cudaStreamSynchronize(stream_);
+  timing_.reset();
+  drop_graphs();
+  for (cudaEvent_t e : left_)
+    if (e != nullptr) cudaEventDestroy(e);
+  for (char* h : hosts_)
+    if (h != nullptr) cudaFreeHost(h);
   if (dev_ != nullptr) cudaFree(dev_);
+}
+
+void StepGraph::drop_graphs() {
+  for (auto& [k, e] : steps_)
+    for (cudaGraphExec_t x : e.exec)
+      if (x != nullptr) cudaGraphExecDestroy(x);
+  steps_.clear();
+  cur_ = nullptr;
 }
 
 Status StepGraph::forget() {
   if (mode_ != Mode::eager)
     return error(StatusCode::internal, "a scratch buffer grew inside a captured or replayed step");
   LITHE_TRY(check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
-  for (auto& [k, e] : steps_)
-    if (e.exec != nullptr) cudaGraphExecDestroy(e.exec);
-  steps_.clear();
-  cur_ = nullptr;
+  drop_graphs();
   return Status::ok();
 }
 
@@ -97,18 +98,29 @@ Status StepGraph::reserve(size_t bytes) {
     return error(StatusCode::internal, "step staging of {} bytes outgrew its {} bytes inside a captured step", bytes,
                  cap_);
   LITHE_TRY(check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
-  // Captured graphs point into the old buffers: they are dropped with them.
-  for (auto& [k, e] : steps_)
-    if (e.exec != nullptr) cudaGraphExecDestroy(e.exec);
-  steps_.clear();
-  if (host_ != nullptr) cudaFreeHost(host_);
+  drop_graphs();  // they point into the old buffers
+  for (char*& h : hosts_) {
+    if (h != nullptr) cudaFreeHost(h);
+    h = nullptr;
+  }
   if (dev_ != nullptr) cudaFree(dev_);
-  host_ = dev_ = nullptr;
-  cap_ = std::max<size_t>(bytes, 1 << 20);
-  LITHE_TRY(check(cudaMallocHost(&host_, cap_), "cudaMallocHost (staging)"));
-  LITHE_TRY(check(cudaMalloc(&dev_, cap_), "cudaMalloc (staging)"));
+  dev_ = host_ = nullptr;
+  cap_ = 0;
+  const size_t cap = std::max<size_t>(bytes, 1 << 20);
+  for (char*& h : hosts_) LITHE_TRY(check(cudaMallocHost(&h, cap), "cudaMallocHost (staging)"));
+  LITHE_TRY(check(cudaMalloc(&dev_, cap), "cudaMalloc (staging)"));
+  cap_ = cap;
+  host_ = hosts_[buf_];
   restart();
   return Status::ok();
+}
+
+Status StepGraph::use_other_buffer() {
+  LITHE_TRY(check(cudaEventRecord(left_[buf_], stream_), "cudaEventRecord"));
+  buf_ ^= 1;
+  host_ = hosts_[buf_];
+  restart();
+  return check(cudaEventSynchronize(left_[buf_]), "cudaEventSynchronize");
 }
 
 Result<const void*> StepGraph::stage(const void* host, size_t bytes) {
@@ -131,7 +143,6 @@ Result<const void*> StepGraph::stage(const void* host, size_t bytes) {
     if (piece_ >= cur_->sizes.size() || cur_->sizes[piece_] != bytes)
       return error(StatusCode::internal, "a replayed step staged {} bytes as piece {}, its capture staged {}", bytes,
                    piece_, piece_ < cur_->sizes.size() ? cur_->sizes[piece_] : 0);
-    if (timing_ != nullptr) timing_->lap(piece_);
     ++piece_;
   } else if (mode_ == Mode::capture) {
     cur_->sizes.push_back(bytes);
@@ -147,19 +158,20 @@ Result<const void*> StepGraph::stage(const void* host, size_t bytes) {
 Status StepGraph::begin(uint64_t key) {
   if (mode_ != Mode::eager) return error(StatusCode::internal, "begin_step inside a step");
   LITHE_TRY(reserve(1 << 20));
-  LITHE_TRY(check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
-  restart();
   if (steps_.size() >= kMaxSteps && steps_.find(key) == steps_.end()) {  // caches come and go: start afresh
-    for (auto& [k, e] : steps_)
-      if (e.exec != nullptr) cudaGraphExecDestroy(e.exec);
-    steps_.clear();
+    LITHE_TRY(check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+    drop_graphs();
   }
   cur_ = &steps_[key];
   cur_->seen++;
-  if (cur_->exec != nullptr) {
+  if (cur_->exec[0] != nullptr) {
     mode_ = Mode::replay;
     piece_ = 0;
-  } else if (cur_->seen >= 2) {
+    return use_other_buffer();
+  }
+  LITHE_TRY(check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+  restart();
+  if (cur_->seen >= 2) {
     mode_ = Mode::capture;
     cur_->sizes.clear();
     LITHE_TRY(check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture"));
@@ -177,9 +189,9 @@ Status StepGraph::end(bool run) {
     if (piece_ != cur_->sizes.size())
       return error(StatusCode::internal, "a replayed step staged {} pieces, its capture {}", piece_,
                    cur_->sizes.size());
-    if (timing_ == nullptr) return check(cudaGraphLaunch(cur_->exec, stream_), "cudaGraphLaunch");
+    if (timing_ == nullptr) return check(cudaGraphLaunch(cur_->exec[buf_], stream_), "cudaGraphLaunch");
     time_replay_begin();
-    LITHE_TRY(check(cudaGraphLaunch(cur_->exec, stream_), "cudaGraphLaunch"));
+    LITHE_TRY(check(cudaGraphLaunch(cur_->exec[buf_], stream_), "cudaGraphLaunch"));
     time_replay_end();
     return Status::ok();
   }
@@ -191,19 +203,25 @@ Status StepGraph::end(bool run) {
     cur_->seen = 0;
     return Status::ok();
   }
-  // Shrink the leading upload (the graph's only root) to what the step staged.
+  // Shrink the leading upload (the graph's only root) to what the step staged, and instantiate the
+  // graph once per host buffer it may upload from.
   size_t n_roots = 1;
   cudaGraphNode_t root = nullptr;
   Status st = check(cudaGraphGetRootNodes(graph, &root, &n_roots), "cudaGraphGetRootNodes");
   if (st.is_ok() && n_roots != 1) st = error(StatusCode::internal, "captured step has {} roots, expected 1", n_roots);
-  if (st.is_ok())
-    st = check(cudaGraphMemcpyNodeSetParams1D(root, dev_, host_, std::max<size_t>(cursor_, 16),
+  for (int b = 0; b < 2 && st.is_ok(); ++b) {
+    st = check(cudaGraphMemcpyNodeSetParams1D(root, dev_, hosts_[b], std::max<size_t>(cursor_, 16),
                                               cudaMemcpyHostToDevice),
                "cudaGraphMemcpyNodeSetParams1D");
-  if (st.is_ok()) st = check(cudaGraphInstantiate(&cur_->exec, graph, 0), "cudaGraphInstantiate");
+    if (st.is_ok()) st = check(cudaGraphInstantiate(&cur_->exec[b], graph, 0), "cudaGraphInstantiate");
+  }
   cudaGraphDestroy(graph);
-  LITHE_TRY(st);
-  return check(cudaGraphLaunch(cur_->exec, stream_), "cudaGraphLaunch");
+  if (!st.is_ok()) {
+    for (cudaGraphExec_t& x : cur_->exec)
+      if (x != nullptr) cudaGraphExecDestroy(x), x = nullptr;
+    return st;
+  }
+  return check(cudaGraphLaunch(cur_->exec[buf_], stream_), "cudaGraphLaunch");
 }
 
 }  // namespace lithe::cuda_backend

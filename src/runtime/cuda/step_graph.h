@@ -14,6 +14,13 @@
 // one per op. A reused piece is never overwritten before the stream is idle: the memo is dropped
 // whenever the cursor goes back to the start. (Capture and replay stage every piece: their piece
 // lists must match whatever the arrays hold.)
+//
+// Replays do not wait for the stream: a decode loop stages step N+1 while step N still runs
+// (Model::launch_top_k). So there are two host staging buffers, each step's graph instantiated
+// once per buffer, and a replay takes the other buffer than the work before it: buffer b is
+// reused only after the work enqueued while it was current (an event recorded when leaving it)
+// has run, which in a decode loop two steps deep has always happened already. Eager and capture
+// steps still start from an idle stream.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -52,31 +59,31 @@ class StepGraph {
   // The stream is idle: staging space may be reused.
   void synced() {
     if (mode_ == Mode::eager) restart();
-    if (timing_ != nullptr) timing_->synced = timing_->mark = std::chrono::steady_clock::now();
   }
 
  private:
   enum class Mode { eager, capture, replay };
   struct Entry {
     int seen = 0;
-    cudaGraphExec_t exec = nullptr;
-    std::vector<size_t> sizes;  // staged piece sizes, in op order
+    cudaGraphExec_t exec[2] = {nullptr, nullptr};  // the step's graph uploading from host buffer 0 / 1
+    std::vector<size_t> sizes;                     // staged piece sizes, in op order
   };
   Status reserve(size_t bytes);
+  void drop_graphs();
+  Status use_other_buffer();  // replay: switch host buffers (see the top)
   static constexpr size_t kMaxSteps = 64;  // distinct step keys remembered (graphs kept)
 
   // LITHE_STEP_TIMES=1 (a diagnostic): each replayed step's GPU time (events around the graph
-  // launch), the host time from one replay launch to the next and from the last stream sync (the
-  // step's results fetched) to the next launch; medians printed to stderr at exit. The first two
-  // differ by how long the GPU waits on the host between decode steps.
+  // launch), the GPU time from one replay's end to the next one's start (the top-k and its copy,
+  // and any wait on the host), and the host time from one replay launch to the next; medians
+  // printed to stderr at exit. Events of kRing replays are kept; replay i collects replay i - 2's.
   struct Timing {
-    cudaEvent_t start = nullptr, stop = nullptr;
-    bool pending = false;  // start / stop hold a replay not yet collected
-    // The last replay launch, the last sync, the last sync or staged piece of a replay.
-    std::chrono::steady_clock::time_point last{}, synced{}, mark{};
-    std::vector<float> gpu_us, launch_us, host_us;  // host_us: from the last sync to the launch
-    std::vector<std::vector<float>> piece_us;       // [piece]: host time since the previous mark
-    void lap(size_t piece);
+    static constexpr size_t kRing = 4;
+    cudaEvent_t start[kRing] = {}, stop[kRing] = {};
+    size_t replays = 0;
+    std::chrono::steady_clock::time_point last{};
+    std::vector<float> gpu_us, gap_us, launch_us;
+    ~Timing();
   };
   void time_replay_begin();
   void time_replay_end();
@@ -86,7 +93,10 @@ class StepGraph {
   Mode mode_ = Mode::eager;
   Entry* cur_ = nullptr;
   size_t piece_ = 0;  // index into cur_->sizes while replaying
-  char* host_ = nullptr;
+  char* hosts_[2] = {nullptr, nullptr};
+  cudaEvent_t left_[2] = {nullptr, nullptr};  // recorded when buffer b stops being current
+  int buf_ = 0;                               // the current host buffer
+  char* host_ = nullptr;                      // hosts_[buf_]
   char* dev_ = nullptr;
   size_t cap_ = 0, cursor_ = 0;
   std::unordered_map<uint64_t, Entry> steps_;

@@ -407,17 +407,15 @@ Status Model::run_block(int64_t l, int64_t kv_layer, int64_t m, std::span<const 
       LITHE_TRY(be.add_bias(k_, m, L.bk));
       LITHE_TRY(be.add_bias(v_, m, L.bv));
     }
+    // RoPE of q and k, cache store and attention of every sequence over its own cache.
+    std::vector<BatchSeq> seqs(batch.size());
     int64_t r0 = 0;
-    for (size_t i = 0; i < batch.size(); ++i) {  // RoPE of q and k, cache store and attention per sequence
+    for (size_t i = 0; i < batch.size(); ++i) {
       const auto n = static_cast<int64_t>(batch[i].tokens.size());
-      LITHE_ASSIGN(Tensor q, q_.slice_rows(r0, r0 + n));
-      LITHE_ASSIGN(Tensor k, k_.slice_rows(r0, r0 + n));
-      LITHE_ASSIGN(Tensor v, v_.slice_rows(r0, r0 + n));
-      LITHE_ASSIGN(Tensor o, attn_.slice_rows(r0, r0 + n));
-      LITHE_TRY(be.rope_attention(*batch[i].cache, kv_layer, q, k, v, n, pos.data() + r0, slots[i].data(), rope_,
-                                  c.rope_style, shape, o));
+      seqs[i] = BatchSeq{batch[i].cache, r0, n, slots[i].data()};
       r0 += n;
     }
+    LITHE_TRY(be.rope_attention_batch(seqs, kv_layer, q_, k_, v_, m, pos.data(), rope_, c.rope_style, shape, attn_));
   }
   if (!observe(LinearSite::o, attn_)) return Status::ok();
   LITHE_TRY(be.linear_residual(L.wo, attn_, m, x_, h_));

@@ -71,6 +71,22 @@ Status Backend::rope_attention(KvCache& cache, int64_t layer, Tensor& q, Tensor&
   return attention(cache, layer, q, k, v, m, q_pos, slots, shape, out);
 }
 
+Status Backend::rope_attention_batch(std::span<const BatchSeq> seqs, int64_t layer, Tensor& q, Tensor& k,
+                                     const Tensor& v, int64_t m, const int32_t* q_pos, const cpu::RopeTable& table,
+                                     cpu::RopeStyle style, const AttentionShape& shape, Tensor& out) {
+  for (const BatchSeq& s : seqs) {
+    if (s.cache == nullptr || s.row0 < 0 || s.n <= 0 || s.row0 + s.n > m)
+      return error(StatusCode::invalid_argument, "rope_attention_batch: rows [{}, {}) of {} (and a cache) expected",
+                   s.row0, s.row0 + s.n, m);
+    LITHE_ASSIGN(Tensor qs, q.slice_rows(s.row0, s.row0 + s.n));
+    LITHE_ASSIGN(Tensor ks, k.slice_rows(s.row0, s.row0 + s.n));
+    LITHE_ASSIGN(Tensor vs, v.slice_rows(s.row0, s.row0 + s.n));
+    LITHE_ASSIGN(Tensor os, out.slice_rows(s.row0, s.row0 + s.n));
+    LITHE_TRY(rope_attention(*s.cache, layer, qs, ks, vs, s.n, q_pos + s.row0, s.slots, table, style, shape, os));
+  }
+  return Status::ok();
+}
+
 Status Backend::pre_rope_attention(KvCache&, int64_t, Tensor&, const Tensor&, const Tensor&, int64_t,
                                    const int32_t*, const int64_t*, const cpu::RopeTable&, cpu::RopeStyle,
                                    const AttentionShape&, Tensor&) {

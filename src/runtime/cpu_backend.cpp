@@ -85,8 +85,37 @@ class CpuBackend final : public Backend {
   Status attention(KvCache& cache, int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t m,
                    const int32_t* q_pos, const int64_t* slots, const AttentionShape& shape, Tensor& out) override {
     LITHE_TRY(store(cache, layer, k, v, m, slots));
-    return attend(cache, q, m, q_pos, cache.k(layer).data(), cache.v(layer).data(), cache.dtype(), cache.pages(),
-                  shape, out);
+    LITHE_ASSIGN(const cpu::AttentionArgs a, attention_args(cache, q.data_as<float>(), q.dim(1), m, q_pos,
+                                                            cache.k(layer).data(), cache.v(layer).data(),
+                                                            cache.dtype(), cache.pages(), shape, out));
+    return cpu::attention(a);
+  }
+
+  // Every sequence's q and k rotated in one pass each, stored into its cache, and all attentions in
+  // one parallel loop (cpu::attention_many). Rolling caches take the per-sequence path.
+  Status rope_attention_batch(std::span<const BatchSeq> seqs, int64_t layer, Tensor& q, Tensor& k, const Tensor& v,
+                              int64_t m, const int32_t* q_pos, const cpu::RopeTable& table, cpu::RopeStyle style,
+                              const AttentionShape& shape, Tensor& out) override {
+    for (const BatchSeq& s : seqs)
+      if (s.cache == nullptr || s.cache->keys_pre_rope() || s.row0 < 0 || s.n <= 0 || s.row0 + s.n > m)
+        return Backend::rope_attention_batch(seqs, layer, q, k, v, m, q_pos, table, style, shape, out);
+    LITHE_TRY(check_f32(out, m, shape.n_heads * shape.head_dim, "attention out"));
+    LITHE_TRY(rope(q, m, shape.n_heads, shape.head_dim, q_pos, table, style));
+    LITHE_TRY(rope(k, m, shape.n_kv_heads, shape.head_dim, q_pos, table, style));
+    std::vector<cpu::AttentionArgs> args;
+    args.reserve(seqs.size());
+    for (const BatchSeq& s : seqs) {
+      KvCache& c = *s.cache;
+      LITHE_ASSIGN(Tensor ks, k.slice_rows(s.row0, s.row0 + s.n));
+      LITHE_ASSIGN(Tensor vs, v.slice_rows(s.row0, s.row0 + s.n));
+      LITHE_ASSIGN(Tensor os, out.slice_rows(s.row0, s.row0 + s.n));
+      LITHE_TRY(store(c, layer, ks, vs, s.n, s.slots));
+      LITHE_ASSIGN(cpu::AttentionArgs a, attention_args(c, q.data_as<float>() + s.row0 * q.dim(1), q.dim(1), s.n,
+                                                        q_pos + s.row0, c.k(layer).data(), c.v(layer).data(),
+                                                        c.dtype(), c.pages(), shape, os));
+      args.push_back(a);
+    }
+    return cpu::attention_many(args);
   }
 
   // Keys are stored as they come; the scanned slots' keys are rotated into a scratch copy at their
@@ -117,7 +146,9 @@ class CpuBackend final : public Backend {
       load_slots(cache, cache.v(layer), n, rot_v_.data());
       vals = rot_v_.data();
     }
-    return attend(cache, q, m, q_pos, rot_k_.data(), vals, DType::f32, KvPages{}, shape, out);
+    LITHE_ASSIGN(const cpu::AttentionArgs a, attention_args(cache, q.data_as<float>(), q.dim(1), m, q_pos,
+                                                            rot_k_.data(), vals, DType::f32, KvPages{}, shape, out));
+    return cpu::attention(a);
   }
 
   Status to_host(const Tensor& x, int64_t m, float* dst) override {
@@ -142,16 +173,17 @@ class CpuBackend final : public Backend {
     return Status::ok();
   }
 
-  // Causal attention of q over the cache's scanned slots, K/V read from k / v (rows [][kv_dim] of
-  // dtype, slot s at row pages.row(s)).
-  static Status attend(const KvCache& cache, const Tensor& q, int64_t m, const int32_t* q_pos, const void* k,
-                       const void* v, DType dtype, KvPages pages, const AttentionShape& shape, Tensor& out) {
+  // Causal attention of m query rows q (q_cols = n_heads * head_dim floats each) over the cache's
+  // scanned slots, K/V read from k / v (rows [][kv_dim] of dtype, slot s at row pages.row(s)).
+  static Result<cpu::AttentionArgs> attention_args(const KvCache& cache, const float* q, int64_t q_cols, int64_t m,
+                                                   const int32_t* q_pos, const void* k, const void* v, DType dtype,
+                                                   KvPages pages, const AttentionShape& shape, Tensor& out) {
     const int64_t kv_dim = cache.kv_dim();
-    if (shape.n_kv_heads * shape.head_dim != kv_dim || q.dim(1) != shape.n_heads * shape.head_dim)
-      return error(StatusCode::invalid_argument, "attention: {} heads x {} and {} kv heads do not match q {} / cache {}",
-                   shape.n_heads, shape.head_dim, shape.n_kv_heads, q.describe(), kv_dim);
+    if (shape.n_kv_heads * shape.head_dim != kv_dim || q_cols != shape.n_heads * shape.head_dim)
+      return error(StatusCode::invalid_argument, "attention: {} heads x {} and {} kv heads do not match q rows of {} / "
+                   "cache {}", shape.n_heads, shape.head_dim, shape.n_kv_heads, q_cols, kv_dim);
     cpu::AttentionArgs a{};
-    a.q = q.data_as<float>();
+    a.q = q;
     a.n_q = m;
     a.q_pos = q_pos;
     a.k = k;
@@ -166,7 +198,7 @@ class CpuBackend final : public Backend {
     a.scale = shape.scale;
     a.out = out.data_as<float>();
     a.pages = pages;
-    return cpu::attention(a);
+    return a;
   }
 
   // n values of an f32 or f16 buffer as f32.

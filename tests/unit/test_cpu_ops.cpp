@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <utility>
@@ -262,6 +263,39 @@ TEST(CpuAttention, MatchesNaiveSoftmax) {
         for (int64_t i = 0; i < c.n_heads * c.head_dim; ++i) ASSERT_EQ(out[c.n_heads * c.head_dim + i], 0.0f);
       }
     }
+  }
+}
+
+// Several sequences in one attention_many call (a batch of decode steps and prefill chunks, f32
+// and f16 caches, an empty one): each output equals attention() of that sequence alone, bit for
+// bit, on one thread or split over the pool.
+TEST(CpuAttention, ManySequencesEqualEachAlone) {
+  IsaRestore restore;
+  std::mt19937 rng(6);
+  const AttnCase cases[] = {
+      {1, 37, 9, 3, 64, 0, DType::f32, false}, {1, 300, 9, 3, 64, 0, DType::f16, true},
+      {17, 40, 9, 3, 64, 0, DType::f16, true}, {1, 1, 9, 3, 64, 0, DType::f32, false},
+      {3, 0, 9, 3, 64, 0, DType::f32, false},  {33, 70, 9, 3, 64, 5, DType::f32, true},
+  };
+  std::vector<AttnData> data;
+  for (const AttnCase& c : cases) data.push_back(make_attention(c, rng));
+  for (const auto& pass : isa_split_passes()) {
+    select(pass);
+    std::vector<std::vector<float>> alone, joint;
+    std::vector<AttentionArgs> args;
+    for (AttnData& d : data) {
+      const size_t n = static_cast<size_t>(d.args.n_q * d.args.n_heads * d.args.head_dim);
+      alone.emplace_back(n, std::nanf(""));
+      joint.emplace_back(n, std::nanf(""));
+      d.args.out = alone.back().data();
+      ASSERT_TRUE(attention(d.args).is_ok());
+      args.push_back(d.args);
+      args.back().out = joint.back().data();
+    }
+    ASSERT_TRUE(attention_many(args).is_ok());
+    for (size_t i = 0; i < data.size(); ++i)
+      ASSERT_EQ(0, std::memcmp(alone[i].data(), joint[i].data(), alone[i].size() * sizeof(float)))
+          << isa_name(pass.first) << " split " << pass.second << " sequence " << i;
   }
 }
 

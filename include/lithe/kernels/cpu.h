@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <span>
 #include <vector>
 
 #include "lithe/core/tensor.h"
@@ -152,6 +153,10 @@ struct AttentionArgs {
   KvPages pages = {};  // host block table of a paged cache
 };
 Status attention(const AttentionArgs& a);
+// attention() of several sequences (each its own AttentionArgs) in one parallel loop over all
+// their work items: a batch of decode steps, each too small to split over threads alone. Each
+// sequence's result equals attention() of it alone.
+Status attention_many(std::span<const AttentionArgs> as);
 
 // ---- reference (scalar, single thread) ---------------------------------------------------------
 // The same math as above with the same 8-bit activation quantization, in plain loops: the oracle

@@ -25,6 +25,14 @@ struct AttentionShape {
   float scale = 0;  // usually 1/sqrt(head_dim)
 };
 
+// One sequence of a batch: rows [row0, row0 + n) of the batch's activations, its cache and the
+// cache slots of its new tokens (n of them).
+struct BatchSeq {
+  KvCache* cache = nullptr;
+  int64_t row0 = 0, n = 0;
+  const int64_t* slots = nullptr;
+};
+
 // An RMSNorm folded into the projections that read its output (rmsnorm_linear_many,
 // rmsnorm_swiglu): their input is rmsnorm(x) = x / sqrt(mean(x²) + eps) * weight, x unchanged.
 // `scratch` ([>= m, n_in] f32 on the backend) receives rmsnorm(x) where a backend materializes it
@@ -113,6 +121,12 @@ class Backend {
   virtual Status pre_rope_attention(KvCache& cache, int64_t layer, Tensor& q, const Tensor& k, const Tensor& v,
                                     int64_t m, const int32_t* q_pos, const int64_t* slots, const cpu::RopeTable& table,
                                     cpu::RopeStyle style, const AttentionShape& shape, Tensor& out);
+  // rope_attention for every sequence of a batch in one call: rows of q, k, v and out [m, ...] are
+  // the sequences' rows (BatchSeq), q_pos [m] their positions. Default: rope_attention per sequence.
+  // A backend overriding this gives each sequence exactly what rope_attention gives it alone.
+  virtual Status rope_attention_batch(std::span<const BatchSeq> seqs, int64_t layer, Tensor& q, Tensor& k,
+                                      const Tensor& v, int64_t m, const int32_t* q_pos, const cpu::RopeTable& table,
+                                      cpu::RopeStyle style, const AttentionShape& shape, Tensor& out);
   // The attention half of a block for one sequence, from the block input x to the attention
   // output: ys (q, k, v) = rmsnorm(x) · ws (rmsnorm_linear_many), then rope_attention() over them.
   // A backend may fuse the rotation and the cache store into the projection. Default: those two.

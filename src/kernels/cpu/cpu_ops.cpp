@@ -322,23 +322,39 @@ void rope_lookup(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, 
   rope_impl(x, n_tokens, n_heads, head_dim, pos, table_, style, angles);
 }
 
-Status attention(const AttentionArgs& a) {
-  LITHE_TRY(ref_detail::check_attention(a));
-  if (a.n_q == 0) return Status::ok();
+Status attention(const AttentionArgs& a) { return attention_many(std::span<const AttentionArgs>(&a, 1)); }
+
+Status attention_many(std::span<const AttentionArgs> as) {
   const KernelTable& t = table();
-  // 16 queries per item: enough to reuse each converted slot block, small enough that a 512-token
-  // prefill has hundreds of items to balance over the threads.
-  const int64_t q_block = std::min<int64_t>(16, a.n_q);
-  const int64_t items = detail::attention_n_items(a, q_block);
-  const int64_t scratch_bytes = t.attention_scratch_floats(a.head_dim, q_block) * 4;
+  // Per sequence: 16 queries per item (enough to reuse each converted slot block, small enough
+  // that a 512-token prefill has hundreds of items to balance over the threads) and its first
+  // item in the joint numbering.
+  std::vector<int64_t> q_block(as.size()), first(as.size() + 1, 0);
+  int64_t scratch_bytes = 0;
+  double macs = 0;  // causal work: ~n_q * n_kv (decode) or n_q^2 / 2 (prefill) slot visits, 2 MACs per dimension
+  for (size_t s = 0; s < as.size(); ++s) {
+    const AttentionArgs& a = as[s];
+    LITHE_TRY(ref_detail::check_attention(a));
+    q_block[s] = std::max<int64_t>(1, std::min<int64_t>(16, a.n_q));
+    first[s + 1] = first[s] + (a.n_q == 0 ? 0 : detail::attention_n_items(a, q_block[s]));
+    scratch_bytes = std::max(scratch_bytes, t.attention_scratch_floats(a.head_dim, q_block[s]) * 4);
+    macs += static_cast<double>(a.n_q) * static_cast<double>(std::max<int64_t>(1, a.n_kv - a.n_q / 2)) *
+            static_cast<double>(a.n_heads * a.head_dim) * 2.0;
+  }
+  const int64_t items = first.back();
+  if (items == 0) return Status::ok();
   auto run = [&](int64_t b, int64_t e) {
     float* scratch = scratch_bytes > 0 ? reinterpret_cast<float*>(t_work.get(scratch_bytes)) : nullptr;
-    t.attention_items(a, q_block, b, e, scratch);
+    // The sequences [b, e) spans, each over its own items.
+    size_t s = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), b) - first.begin()) - 1;
+    for (; b < e; ++s) {
+      const int64_t end = std::min(e, first[s + 1]);
+      if (end > b) t.attention_items(as[s], q_block[s], b - first[s], end - first[s], scratch);
+      b = std::max(b, end);
+    }
   };
-  // Causal work: about n_q * n_kv (decode) or n_q^2 / 2 (prefill) slot visits, 2 MACs per dimension each.
-  const double visits = static_cast<double>(a.n_q) * static_cast<double>(std::max<int64_t>(1, a.n_kv - a.n_q / 2));
   ThreadPool& pool = global_pool();
-  if (items == 1 || !split(pool, visits * static_cast<double>(a.n_heads * a.head_dim) * 2.0 / kAttnMacsPerUs)) {
+  if (items == 1 || !split(pool, macs / kAttnMacsPerUs)) {
     run(0, items);
   } else {
     pool.parallel_for(items, 1, run);

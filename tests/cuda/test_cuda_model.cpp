@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <numeric>
 #include <random>
 #include <set>
 #include <tuple>
@@ -80,6 +81,15 @@ double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
 
 // Decode-step tensors per layer on the gpu, kept across steps (as the model's workspace is, so
 // that replayed graphs see the same addresses).
+// A rotary table over rot_dim dims with base 10000.
+cpu::RopeTable rope_table(int rot_dim) {
+  cpu::RopeTable rt;
+  rt.rot_dim = rot_dim;
+  for (int i = 0; i < rot_dim / 2; ++i)
+    rt.inv_freq.push_back(static_cast<float>(std::pow(10000.0, -i / static_cast<double>(rot_dim / 2))));
+  return rt;
+}
+
 struct StepTensors {
   std::vector<Tensor> q, k, v, o;
   StepTensors(Backend& gpu, int64_t layers, int64_t q_dim, int64_t kv_dim) {
@@ -209,9 +219,7 @@ TEST(CudaBackend, ElementwiseOpsMatchCpu) {
   ASSERT_TRUE(b.cpu->rmsnorm(x, m, w, 1e-5f, oc).is_ok());
   ASSERT_TRUE(b.gpu->rmsnorm(to_gpu(x), m, dw, 1e-5f, og).is_ok());
   EXPECT_LE(rel_err(host_rows(*b.gpu, og, m), host_rows(*b.cpu, oc, m)), 1e-5);
-  cpu::RopeTable rt;
-  rt.rot_dim = 64;
-  for (int i = 0; i < 32; ++i) rt.inv_freq.push_back(static_cast<float>(std::pow(10000.0, -i / 32.0)));
+  const cpu::RopeTable rt = rope_table(64);
   const std::vector<int32_t> pos = {0, 1, 5, 100, 4095, 77777, 3};
   for (auto style : {cpu::RopeStyle::interleaved, cpu::RopeStyle::half}) {
     Tensor xc = rand_host(DType::f32, {m, n}, 24), xg = to_gpu(xc);
@@ -401,9 +409,7 @@ TEST(CudaBackend, RopeAttentionMatchesCpuThroughStepReplays) {
   if (!b.gpu) GTEST_SKIP() << "no CUDA device";
   const AttentionShape sh{9, 3, 64, 0.125f};
   const int64_t kv_dim = 192, q_dim = 576, layers = 2;
-  cpu::RopeTable rt;
-  rt.rot_dim = 64;
-  for (int i = 0; i < 32; ++i) rt.inv_freq.push_back(static_cast<float>(std::pow(10000.0, -i / 32.0)));
+  const cpu::RopeTable rt = rope_table(64);
   uint32_t seed = 300;
   for (auto style : {cpu::RopeStyle::interleaved, cpu::RopeStyle::half})
     for (DType kvt : {DType::f32, DType::f16}) {
@@ -440,6 +446,105 @@ TEST(CudaBackend, RopeAttentionMatchesCpuThroughStepReplays) {
     }
 }
 
+// A batch of sequences, each over its own cache (rope_attention_batch): the one-token sequences
+// share one attention_decode_batch launch, a 3-token one goes alone. Against the cpu's per
+// sequence, over 6 steps of one step key (eager, captured, then replayed), 2 layers; then the
+// caches. Five f16 caches of different lengths and capacities.
+TEST(CudaBackend, BatchedDecodeAttentionMatchesCpu) {
+  Both b;
+  if (!b.gpu) GTEST_SKIP() << "no CUDA device";
+  const AttentionShape sh{8, 2, 64, 0.125f};
+  const int64_t kv_dim = 128, q_dim = 512, layers = 2, n_seq = 5;
+  const cpu::RopeTable rt = rope_table(64);
+  const int64_t lens[n_seq] = {1, 1, 3, 1, 1};  // tokens per step
+  const int64_t m = 7;
+  std::vector<KvCache> cc, cg;
+  uint32_t seed = 900;
+  for (int64_t i = 0; i < n_seq; ++i) {
+    auto c = KvCache::create(layers, 100 + 40 * i, kv_dim, DType::f16, Device::cpu);
+    auto g = KvCache::create(layers, 100 + 40 * i, kv_dim, DType::f16, Device::cuda);
+    ASSERT_TRUE(c.is_ok() && g.is_ok());
+    cc.push_back(std::move(*c));
+    cg.push_back(std::move(*g));
+  }
+  // Different lengths first: 5 + 11 i tokens of each, through the single-sequence path.
+  for (int64_t i = 0; i < n_seq; ++i) {
+    const int64_t n = 5 + 11 * i;
+    std::vector<int32_t> pos(static_cast<size_t>(n));
+    std::iota(pos.begin(), pos.end(), 0);
+    auto sc = cc[i].append(pos.data(), n);
+    auto sg = cg[i].append(pos.data(), n);
+    ASSERT_TRUE(sc.is_ok() && sg.is_ok());
+    StepTensors unused(*b.gpu, 0, q_dim, kv_dim);
+    rope_attention_both(b, cc[i], cg[i], layers, n, pos, *sc, *sg, rt, cpu::RopeStyle::half, sh, unused, seed, 2e-2,
+                        true);
+    if (HasFatalFailure()) return;
+  }
+  std::vector<Tensor> qg, kg, vg, og;  // the step's tensors on the gpu, kept for the replays
+  for (int64_t l = 0; l < layers; ++l) {
+    qg.push_back(*b.gpu->alloc(DType::f32, {m, q_dim}));
+    kg.push_back(*b.gpu->alloc(DType::f32, {m, kv_dim}));
+    vg.push_back(*b.gpu->alloc(DType::f32, {m, kv_dim}));
+    og.push_back(*b.gpu->alloc(DType::f32, {m, q_dim}));
+  }
+  for (int step = 0; step < 6; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    std::vector<int32_t> pos;
+    std::vector<std::vector<int64_t>> sc(n_seq), sg(n_seq);
+    std::vector<BatchSeq> bc(n_seq), bg(n_seq);
+    int64_t r0 = 0;
+    for (int64_t i = 0; i < n_seq; ++i) {
+      std::vector<int32_t> p(static_cast<size_t>(lens[i]));
+      for (int64_t t = 0; t < lens[i]; ++t) p[t] = static_cast<int32_t>(cc[i].size() + t);
+      auto a = cc[i].append(p.data(), lens[i]);
+      auto g = cg[i].append(p.data(), lens[i]);
+      ASSERT_TRUE(a.is_ok() && g.is_ok());
+      sc[i] = *a, sg[i] = *g;
+      pos.insert(pos.end(), p.begin(), p.end());
+      bc[i] = BatchSeq{&cc[i], r0, lens[i], sc[i].data()};
+      bg[i] = BatchSeq{&cg[i], r0, lens[i], sg[i].data()};
+      r0 += lens[i];
+    }
+    std::vector<Tensor> q, k, v, oc;
+    for (int64_t l = 0; l < layers; ++l) {
+      q.push_back(rand_host(DType::f32, {m, q_dim}, seed++));
+      k.push_back(rand_host(DType::f32, {m, kv_dim}, seed++));
+      v.push_back(rand_host(DType::f32, {m, kv_dim}, seed++));
+      oc.push_back(*b.cpu->alloc(DType::f32, {m, q_dim}));
+      for (auto [d, h] : {std::pair{&qg[l], &q[l]}, std::pair{&kg[l], &k[l]}, std::pair{&vg[l], &v[l]}})
+        ASSERT_EQ(cudaMemcpy(d->data(), h->data(), h->nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+    }
+    ASSERT_TRUE(b.gpu->begin_step(4242).is_ok());
+    for (int64_t l = 0; l < layers; ++l) {
+      const Status st = b.gpu->rope_attention_batch(bg, l, qg[l], kg[l], vg[l], m, pos.data(), rt,
+                                                    cpu::RopeStyle::half, sh, og[l]);
+      if (!st.is_ok()) (void)b.gpu->end_step(false);
+      ASSERT_TRUE(st.is_ok()) << st.to_string();
+    }
+    ASSERT_TRUE(b.gpu->end_step(true).is_ok());
+    for (int64_t l = 0; l < layers; ++l) {
+      ASSERT_TRUE(b.cpu->rope_attention_batch(bc, l, q[l], k[l], v[l], m, pos.data(), rt, cpu::RopeStyle::half, sh,
+                                              oc[l]).is_ok());
+      EXPECT_LE(rel_err(host_rows(*b.gpu, og[l], m), host_rows(*b.cpu, oc[l], m)), 1e-4) << "out, layer " << l;
+    }
+  }
+  for (int64_t i = 0; i < n_seq; ++i) {
+    const int64_t n = cc[i].size();
+    auto pg = cg[i].device_positions().to(Device::cpu);
+    ASSERT_TRUE(pg.is_ok());
+    EXPECT_TRUE(std::equal(cc[i].positions(), cc[i].positions() + n, pg->data_as<int32_t>())) << "positions " << i;
+    for (int64_t l = 0; l < layers; ++l) {
+      auto gh = cg[i].k(l).to(Device::cpu);
+      ASSERT_TRUE(gh.is_ok());
+      auto gf = convert(*gh, DType::f32), cf = convert(cc[i].k(l), DType::f32);
+      ASSERT_TRUE(gf.is_ok() && cf.is_ok());
+      const std::vector<float> a(gf->data_as<float>(), gf->data_as<float>() + n * kv_dim);
+      const std::vector<float> c(cf->data_as<float>(), cf->data_as<float>() + n * kv_dim);
+      EXPECT_LE(rel_err(a, c), 2e-3) << "k cache " << i << ", layer " << l;
+    }
+  }
+}
+
 // The rolling (StreamingLLM sink + window) cache keeps keys before RoPE; rope_attention on cuda
 // (q rotated, k and v stored as they are, every key rotated by its slot's re-indexed position into
 // scratch, then decode or prefill attention) against the cpu's, over 4 sinks + a 24-token window:
@@ -451,9 +556,7 @@ TEST(CudaBackend, RollingCacheAttentionMatchesCpu) {
   if (!b.gpu) GTEST_SKIP() << "no CUDA device";
   const AttentionShape sh{9, 3, 64, 0.125f};
   const int64_t kv_dim = 192, q_dim = 576, layers = 2, window = 24;
-  cpu::RopeTable rt;
-  rt.rot_dim = 48;  // partial rotary: the last 16 dims of each head are copied
-  for (int i = 0; i < 24; ++i) rt.inv_freq.push_back(static_cast<float>(std::pow(10000.0, -i / 24.0)));
+  const cpu::RopeTable rt = rope_table(48);  // partial rotary: the last 16 dims of each head are copied
   uint32_t seed = 900;
   for (int64_t sinks : {4, 0})
     for (auto style : {cpu::RopeStyle::interleaved, cpu::RopeStyle::half})

@@ -177,6 +177,27 @@ inline constexpr int64_t kDecodeMaxQueries = 8;
 inline constexpr size_t kDecodeCounterBytes = 16384;  // n_kv_heads * row groups <= 4096 counters
 size_t attention_decode_work_bytes(const AttentionParams& p);
 Status attention_decode(const AttentionParams& p, void* work, Stream s);
+// One sequence of attention_decode_batch: its fields of AttentionParams (device pointers).
+struct DecodeSeq {
+  const float* q = nullptr;
+  const int32_t* q_pos = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const int32_t* kv_pos = nullptr;
+  const int32_t* n_kv = nullptr;
+  KvPages pages;
+  float* out = nullptr;
+};
+// attention_decode of n_seqs sequences in one launch (a batch of decode steps, each over its own
+// cache): p holds what they share (n_q, heads, head_dim, scale, kv type, kv_stride; kv_capacity
+// the largest of theirs) and is checked as attention_decode checks it, seqs (device, n_seqs) what
+// each one has. Each sequence's output equals attention_decode's for it alone when the split
+// count is the same (the plan spreads ~2 blocks per SM over all of them, so it is smaller).
+// work: attention_decode_batch_work_bytes(p, n_seqs), counters zeroed as attention_decode's. At
+// most attention_decode_batch_max_seqs(p) sequences per launch (the merge counters).
+size_t attention_decode_batch_work_bytes(const AttentionParams& p, int64_t n_seqs);
+int64_t attention_decode_batch_max_seqs(const AttentionParams& p);
+Status attention_decode_batch(const AttentionParams& p, const DecodeSeq* seqs, int64_t n_seqs, void* work, Stream s);
 
 // ---- synthetic weights (random_fill.cu) -----------------------------------------------------------
 // dst[i] = center + scale * u_i, u_i uniform in [-1, 1) from a counter-based hash of (seed, i).

@@ -25,6 +25,11 @@
 //   writing out (zeros where no split saw a slot). Counters are zero between launches, so graph
 //   replays need no reset (the scratch's counter area is zeroed once when allocated).
 //
+// attention_decode_batch (decode_batch_kernel): the same blocks for many sequences, grid z =
+//   sequence x row group; each sequence's pointers come from a device array, its partials from its
+//   own part of `work` and its counters from its own z; the split count spreads ~2 blocks per SM
+//   over all of them (a batch of 64 decode steps: one split each).
+//
 // Shared memory: K/V [2 stages][K, V][T][D] (64 KiB) | pos [2][T] i32 |
 //   warp m, l [4][kRB] f32. The warp merge reuses the K/V area for acc [4][kRB][D].
 #include <algorithm>
@@ -174,8 +179,9 @@ __device__ __forceinline__ void load_chunk(const float* p, float (&f)[4]) {
   f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w;
 }
 
+// One block's work; rg: its row group (blockIdx.z, or its part of it in a batch).
 template <int D, typename KV>
-__global__ void __launch_bounds__(kThreads, 3) decode_split_kernel(const DecodeArgs a) {
+__device__ __forceinline__ void decode_block(const DecodeArgs& a, int rg) {
   using C = DecodeCfg<D, KV>;
   constexpr int T = C::T, EL = C::EL, LPS = C::LPS, SPW = C::SPW, NS = C::ITER / kSub;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -185,11 +191,9 @@ __global__ void __launch_bounds__(kThreads, 3) decode_split_kernel(const DecodeA
   float* wl = wm + kWarps * kRB;                        // [kWarps][kRB]
   float* wacc = reinterpret_cast<float*>(smem);         // [kWarps][kRB][D], after the loop
 
-  detail::pdl_wait();  // launched with launch_pdl: q, the cache and *n_kv come from earlier kernels
-  detail::pdl_release();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int grp = lane / LPS, dl = lane % LPS;  // slot of the warp step, 16-byte chunk of the row
-  const int g = blockIdx.x, split = blockIdx.y, r0 = blockIdx.z * a.rows_blk;
+  const int g = blockIdx.x, split = blockIdx.y, r0 = rg * a.rows_blk;
   const int R = min(a.rows_blk, a.rows - r0);
   // Local row r -> (query t, head h); its partial lives at index (t * n_heads + h) * n_splits + split.
   auto part_index = [&](int r) { return row_index(a, g, r0, r) * a.n_splits + split; };
@@ -377,17 +381,49 @@ __global__ void __launch_bounds__(kThreads, 3) decode_split_kernel(const DecodeA
   merge_if_last<D>(a, g, r0, R);
 }
 
+template <int D, typename KV>
+__global__ void __launch_bounds__(kThreads, 3) decode_split_kernel(const DecodeArgs a) {
+  detail::pdl_wait();  // launched with launch_pdl: q, the cache and *n_kv come from earlier kernels
+  detail::pdl_release();
+  decode_block<D, KV>(a, blockIdx.z);
+}
+
+// A batch of sequences (attention_decode_batch): blockIdx.z = sequence * row_groups + row group.
+// The sequence's fields replace a's, and its partials sit in its own part of the work area (its
+// merge counters are blockIdx.z's, as for one sequence).
+template <int D, typename KV>
+__global__ void __launch_bounds__(kThreads, 3) decode_batch_kernel(const DecodeArgs a, const DecodeSeq* seqs,
+                                                                    int row_groups, int64_t parts) {
+  detail::pdl_wait();
+  detail::pdl_release();
+  const int seq = blockIdx.z / row_groups;
+  const DecodeSeq s = seqs[seq];
+  DecodeArgs b = a;
+  b.q = s.q;
+  b.q_pos = s.q_pos;
+  b.k = s.k;
+  b.v = s.v;
+  b.kv_pos = s.kv_pos;
+  b.n_kv = s.n_kv;
+  b.pages = s.pages;
+  b.out = s.out;
+  b.acc = a.acc + seq * parts * D;
+  b.ml = a.ml + seq * parts;
+  decode_block<D, KV>(b, blockIdx.z % row_groups);
+}
+
 // Host-side plan: rows per block, row groups, splits. Pure function of p and an SM count.
 struct DecodePlan {
   int rows = 0, row_groups = 0, rows_blk = 0, n_splits = 0;
 };
-DecodePlan plan(const AttentionParams& p, int sms) {
+DecodePlan plan(const AttentionParams& p, int sms, int64_t n_seqs = 1) {
   DecodePlan d;
   d.rows = static_cast<int>(p.n_q * (p.n_heads / p.n_kv_heads));
   d.row_groups = static_cast<int>(ceil_div(d.rows, kRB));
   d.rows_blk = static_cast<int>(ceil_div(d.rows, d.row_groups));  // balanced groups
   const int64_t max_chunks = std::max<int64_t>(1, ceil_div(p.kv_capacity, kMinChunk));
-  const int64_t want = ceil_div(int64_t{kBlocksPerSm} * std::min(sms, kMaxSms), p.n_kv_heads * d.row_groups);
+  const int64_t want =
+      ceil_div(int64_t{kBlocksPerSm} * std::min(sms, kMaxSms), p.n_kv_heads * d.row_groups * n_seqs);
   d.n_splits = static_cast<int>(std::clamp<int64_t>(want, 1, max_chunks));
   return d;
 }
@@ -404,39 +440,44 @@ int sm_count() {
 }
 
 template <int D, typename KV>
-Status launch_decode(const DecodeArgs& a, const DecodePlan& d, int n_kv_heads, Stream stream) {
-  static std::atomic<uint64_t> opted{0};
-  auto* kernel = decode_split_kernel<D, KV>;
-  LITHE_TRY(allow_smem(kernel, opted, DecodeCfg<D, KV>::kSmem, "attention_decode"));
-  detail::launch_pdl(kernel, dim3(n_kv_heads, d.n_splits, d.row_groups), dim3(kThreads), DecodeCfg<D, KV>::kSmem,
-                     stream, a);
-  return launched("attention_decode");
+Status launch_decode(const DecodeArgs& a, const DecodePlan& d, int n_kv_heads, const DecodeSeq* seqs, int64_t n_seqs,
+                     Stream stream) {
+  static std::atomic<uint64_t> opted{0}, opted_batch{0};
+  constexpr size_t smem = DecodeCfg<D, KV>::kSmem;
+  if (seqs == nullptr) {
+    auto* kernel = decode_split_kernel<D, KV>;
+    LITHE_TRY(allow_smem(kernel, opted, smem, "attention_decode"));
+    detail::launch_pdl(kernel, dim3(n_kv_heads, d.n_splits, d.row_groups), dim3(kThreads), smem, stream, a);
+    return launched("attention_decode");
+  }
+  auto* kernel = decode_batch_kernel<D, KV>;
+  LITHE_TRY(allow_smem(kernel, opted_batch, smem, "attention_decode_batch"));
+  const int64_t parts = static_cast<int64_t>(d.rows / a.group) * a.n_heads * d.n_splits;
+  detail::launch_pdl(kernel, dim3(n_kv_heads, d.n_splits, static_cast<unsigned>(d.row_groups * n_seqs)),
+                     dim3(kThreads), smem, stream, a, seqs, d.row_groups, parts);
+  return launched("attention_decode_batch");
 }
 
-}  // namespace
-
-size_t attention_decode_work_bytes(const AttentionParams& p) {
-  if (p.n_q <= 0 || p.n_kv_heads <= 0 || p.n_heads <= 0 || p.head_dim <= 0 || p.n_heads % p.n_kv_heads != 0) return 0;
-  return work_bytes(p, plan(p, kMaxSms).n_splits);
-}
-
-Status attention_decode(const AttentionParams& p, void* work, Stream s) {
-  LITHE_TRY(check_attention_params(p, "attention_decode"));
+// attention_decode (seqs == nullptr) or attention_decode_batch.
+Status decode(const AttentionParams& p, const DecodeSeq* seqs, int64_t n_seqs, void* work, Stream s) {
+  const char* who = seqs == nullptr ? "attention_decode" : "attention_decode_batch";
+  LITHE_TRY(check_attention_params(p, who));
   if (p.n_q > kDecodeMaxQueries)
-    return bad_arg("attention_decode: n_q " + std::to_string(p.n_q) +
+    return bad_arg(std::string(who) + ": n_q " + std::to_string(p.n_q) +
                    " exceeds kDecodeMaxQueries = " + std::to_string(kDecodeMaxQueries));
-  if (p.n_kv == nullptr) return bad_arg("attention_decode: null n_kv");
-  if (p.n_q == 0) return Status::ok();
-  if (work == nullptr || !aligned16(work)) return bad_arg("attention_decode: work must be a 16-byte aligned buffer");
+  if (p.n_kv == nullptr) return bad_arg(std::string(who) + ": null n_kv");
+  if (p.n_q == 0 || n_seqs == 0) return Status::ok();
+  if (work == nullptr || !aligned16(work))
+    return bad_arg(std::string(who) + ": work must be a 16-byte aligned buffer");
   if (p.n_q * p.n_heads / p.n_kv_heads > int64_t{kRB} * 65535)
-    return bad_arg("attention_decode: n_heads / n_kv_heads = " + std::to_string(p.n_heads / p.n_kv_heads) +
+    return bad_arg(std::string(who) + ": n_heads / n_kv_heads = " + std::to_string(p.n_heads / p.n_kv_heads) +
                    " too large");
   const int sms = sm_count();
-  if (sms <= 0) return Status(StatusCode::internal, "attention_decode: cannot read the device's SM count");
-  const DecodePlan d = plan(p, sms);
-  if (p.n_kv_heads * d.row_groups > static_cast<int64_t>(kDecodeCounterBytes / sizeof(unsigned)))
-    return bad_arg("attention_decode: n_kv_heads " + std::to_string(p.n_kv_heads) + " x " +
-                   std::to_string(d.row_groups) + " row groups exceed the " +
+  if (sms <= 0) return Status(StatusCode::internal, std::string(who) + ": cannot read the device's SM count");
+  const DecodePlan d = plan(p, sms, n_seqs);
+  if (n_seqs < 0 || p.n_kv_heads * d.row_groups * n_seqs > static_cast<int64_t>(kDecodeCounterBytes / sizeof(unsigned)))
+    return bad_arg(std::string(who) + ": " + std::to_string(n_seqs) + " sequences x n_kv_heads " +
+                   std::to_string(p.n_kv_heads) + " x " + std::to_string(d.row_groups) + " row groups exceed the " +
                    std::to_string(kDecodeCounterBytes / sizeof(unsigned)) + " merge counters");
   DecodeArgs a{};
   a.q = p.q;
@@ -456,13 +497,40 @@ Status attention_decode(const AttentionParams& p, void* work, Stream s) {
   a.qscale = p.scale * kLog2e;
   a.counters = static_cast<unsigned*>(work);
   a.acc = reinterpret_cast<float*>(static_cast<char*>(work) + kDecodeCounterBytes);
-  a.ml = reinterpret_cast<float2*>(reinterpret_cast<char*>(a.acc) +
+  a.ml = reinterpret_cast<float2*>(reinterpret_cast<char*>(a.acc) + static_cast<size_t>(std::max<int64_t>(n_seqs, 1)) *
                                    static_cast<size_t>(p.n_q * p.n_heads) * d.n_splits * p.head_dim * 4);
   a.out = p.out;
   const int hk = static_cast<int>(p.n_kv_heads);
   if (p.kv == KvType::f16)
-    return p.head_dim == 64 ? launch_decode<64, __half>(a, d, hk, s) : launch_decode<128, __half>(a, d, hk, s);
-  return p.head_dim == 64 ? launch_decode<64, float>(a, d, hk, s) : launch_decode<128, float>(a, d, hk, s);
+    return p.head_dim == 64 ? launch_decode<64, __half>(a, d, hk, seqs, n_seqs, s)
+                            : launch_decode<128, __half>(a, d, hk, seqs, n_seqs, s);
+  return p.head_dim == 64 ? launch_decode<64, float>(a, d, hk, seqs, n_seqs, s)
+                          : launch_decode<128, float>(a, d, hk, seqs, n_seqs, s);
+}
+
+}  // namespace
+
+size_t attention_decode_work_bytes(const AttentionParams& p) { return attention_decode_batch_work_bytes(p, 1); }
+
+size_t attention_decode_batch_work_bytes(const AttentionParams& p, int64_t n_seqs) {
+  if (p.n_q <= 0 || p.n_kv_heads <= 0 || p.n_heads <= 0 || p.head_dim <= 0 || p.n_heads % p.n_kv_heads != 0 ||
+      n_seqs <= 0)
+    return 0;
+  return kDecodeCounterBytes + static_cast<size_t>(n_seqs) * (work_bytes(p, plan(p, kMaxSms, n_seqs).n_splits) -
+                                                              kDecodeCounterBytes);
+}
+
+int64_t attention_decode_batch_max_seqs(const AttentionParams& p) {
+  if (p.n_q <= 0 || p.n_kv_heads <= 0 || p.n_heads <= 0 || p.n_heads % p.n_kv_heads != 0) return 0;
+  const int64_t row_groups = ceil_div(p.n_q * (p.n_heads / p.n_kv_heads), int64_t{kRB});
+  return static_cast<int64_t>(kDecodeCounterBytes / sizeof(unsigned)) / (p.n_kv_heads * row_groups);
+}
+
+Status attention_decode(const AttentionParams& p, void* work, Stream s) { return decode(p, nullptr, 1, work, s); }
+
+Status attention_decode_batch(const AttentionParams& p, const DecodeSeq* seqs, int64_t n_seqs, void* work, Stream s) {
+  if (seqs == nullptr) return bad_arg("attention_decode_batch: null seqs");
+  return decode(p, seqs, n_seqs, work, s);
 }
 
 }  // namespace lithe::cuda

@@ -328,6 +328,43 @@ class CudaBackend final : public Backend {
     const Rope r{&table, style, q.data_as<float>(), k.data_as<float>()};
     return attend(cache, layer, q, k, v, m, q_pos, slots, shape, out, Prologue::rope_store, &r);
   }
+  // A batch's one-token sequences over full caches: each one's rope + store launch as
+  // rope_attention's, then one attention_decode_batch for all of them (instead of a launch per
+  // sequence). Other sequences (prefill chunks, rolling caches) go one at a time.
+  Status rope_attention_batch(std::span<const BatchSeq> seqs, int64_t layer, Tensor& q, Tensor& k, const Tensor& v,
+                              int64_t m, const int32_t* q_pos, const cpu::RopeTable& table, cpu::RopeStyle style,
+                              const AttentionShape& shape, Tensor& out) override {
+    std::vector<BatchSeq> solo;
+    std::vector<cuda::DecodeSeq> ds;
+    cuda::AttentionParams p;  // what the batch shares (checked as the first sequence's)
+    for (const BatchSeq& s : seqs) {
+      if (s.cache == nullptr || s.row0 < 0 || s.row0 + s.n > m)
+        return Backend::rope_attention_batch(seqs, layer, q, k, v, m, q_pos, table, style, shape, out);
+      if (s.n != 1 || s.cache->keys_pre_rope() || seqs.size() < 2) {
+        solo.push_back(s);
+        continue;
+      }
+      LITHE_ASSIGN(Tensor qs, q.slice_rows(s.row0, s.row0 + 1));
+      LITHE_ASSIGN(Tensor ks, k.slice_rows(s.row0, s.row0 + 1));
+      LITHE_ASSIGN(Tensor vs, v.slice_rows(s.row0, s.row0 + 1));
+      LITHE_ASSIGN(Tensor os, out.slice_rows(s.row0, s.row0 + 1));
+      const Rope r{&table, style, qs.data_as<float>(), ks.data_as<float>()};
+      cuda::DecodeSeq d;
+      LITHE_TRY(attend(*s.cache, layer, qs, ks, vs, 1, q_pos + s.row0, s.slots, shape, os, Prologue::rope_store, &r, &d));
+      const cuda::KvType kt = s.cache->dtype() == DType::f16 ? cuda::KvType::f16 : cuda::KvType::f32;
+      if (ds.empty()) {
+        p = {d.q, d.q_pos, 1, d.k, d.v, kt, d.kv_pos, d.n_kv, s.cache->capacity(), s.cache->kv_dim(), d.pages,
+             shape.n_heads, shape.n_kv_heads, shape.head_dim, shape.scale, d.out};
+      } else if (kt != p.kv || s.cache->kv_dim() != p.kv_stride) {
+        return error(StatusCode::invalid_argument, "rope_attention_batch: caches of one batch differ in type or width");
+      }
+      p.kv_capacity = std::max(p.kv_capacity, s.cache->capacity());
+      ds.push_back(d);
+    }
+    if (!ds.empty()) LITHE_TRY(attend_batch(p, ds));
+    return solo.empty() ? Status::ok()
+                        : Backend::rope_attention_batch(solo, layer, q, k, v, m, q_pos, table, style, shape, out);
+  }
   // q rotated in place, k and v stored as they are, then every scanned key rotated by its slot's
   // current position into scratch (cuda::rope_keys), which the attention kernel reads.
   Status pre_rope_attention(KvCache& cache, int64_t layer, Tensor& q, const Tensor& k, const Tensor& v, int64_t m,
@@ -613,10 +650,12 @@ class CudaBackend final : public Backend {
   // store and then rotate every cached key into scratch by the cache's positions (`rot` given).
   enum class Prologue { store, rope_store, none, store_pre_rope };
 
-  // attention() after its prologue, then the decode (m <= 8) or prefill kernel.
+  // attention() after its prologue, then the decode (m <= 8) or prefill kernel. With `batched`
+  // (decode sizes), the decode kernel is not launched: its per-sequence arguments go there, for
+  // one attention_decode_batch over many sequences (rope_attention_batch).
   Status attend(KvCache& cache, int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t m,
                 const int32_t* q_pos, const int64_t* slots, const AttentionShape& shape, Tensor& out,
-                Prologue pro, const Rope* rot = nullptr) {
+                Prologue pro, const Rope* rot = nullptr, cuda::DecodeSeq* batched = nullptr) {
     const int64_t kv_dim = cache.kv_dim();
     LITHE_TRY(check_act(k, m, kv_dim, "attention k"));
     LITHE_TRY(check_act(v, m, kv_dim, "attention v"));
@@ -676,8 +715,11 @@ class CudaBackend final : public Backend {
       p.k = keys;
       p.kv_pos = rk.kv_pos;
     }
+    if (batched != nullptr && (m > cuda::kDecodeMaxQueries || pro == Prologue::store_pre_rope))
+      return error(StatusCode::internal, "batched decode attention of {} rows", m);
+    if (batched != nullptr) *batched = {p.q, p.q_pos, p.k, p.v, p.kv_pos, p.n_kv, p.pages, p.out};
     size_t work_bytes = 0;
-    if (m <= cuda::kDecodeMaxQueries) work_bytes = cuda::attention_decode_work_bytes(p);
+    if (m <= cuda::kDecodeMaxQueries && batched == nullptr) work_bytes = cuda::attention_decode_work_bytes(p);
     void* work = nullptr;
     if (work_bytes > 0) {  // its merge counters must start at zero (cuda_ops.h)
       LITHE_ASSIGN(work, attn_ws_.get(work_bytes, stream_));
@@ -711,8 +753,23 @@ class CudaBackend final : public Backend {
                                pos_out, p.pages, stream_));
       if (pro == Prologue::store_pre_rope) LITHE_TRY(cuda::rope_keys(rk, stream_));
     }
+    if (batched != nullptr) return Status::ok();
     if (m <= cuda::kDecodeMaxQueries) return cuda::attention_decode(p, work, stream_);
     return cuda::attention_prefill(p, n_kv, stream_);
+  }
+
+  // attention_decode_batch over the sequences ds (staged with the step), as many per launch as its
+  // merge counters allow.
+  Status attend_batch(const cuda::AttentionParams& p, const std::vector<cuda::DecodeSeq>& ds) {
+    const auto n = static_cast<int64_t>(ds.size());
+    const int64_t per = std::max<int64_t>(1, cuda::attention_decode_batch_max_seqs(p));
+    LITHE_ASSIGN(const void* dseqs, steps_->stage(ds.data(), ds.size() * sizeof(cuda::DecodeSeq)));
+    LITHE_ASSIGN(void* work, attn_ws_.get(cuda::attention_decode_batch_work_bytes(p, std::min(n, per)), stream_));
+    if (steps_->replaying()) return Status::ok();
+    for (int64_t i = 0; i < n; i += per)
+      LITHE_TRY(cuda::attention_decode_batch(p, static_cast<const cuda::DecodeSeq*>(dseqs) + i, std::min(per, n - i),
+                                             work, stream_));
+    return Status::ok();
   }
 
   // The oldest unfetched top_k_launch into host arrays (sized by the caller) or vectors (resized).

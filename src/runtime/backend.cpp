@@ -71,13 +71,19 @@ Status Backend::rope_attention(KvCache& cache, int64_t layer, Tensor& q, Tensor&
   return attention(cache, layer, q, k, v, m, q_pos, slots, shape, out);
 }
 
-Status Backend::rope_attention_batch(std::span<const BatchSeq> seqs, int64_t layer, Tensor& q, Tensor& k,
-                                     const Tensor& v, int64_t m, const int32_t* q_pos, const cpu::RopeTable& table,
-                                     cpu::RopeStyle style, const AttentionShape& shape, Tensor& out) {
-  for (const BatchSeq& s : seqs) {
+Status Backend::check_batch(std::span<const BatchSeq> seqs, int64_t m) {
+  for (const BatchSeq& s : seqs)
     if (s.cache == nullptr || s.row0 < 0 || s.n <= 0 || s.row0 + s.n > m)
       return error(StatusCode::invalid_argument, "rope_attention_batch: rows [{}, {}) of {} (and a cache) expected",
                    s.row0, s.row0 + s.n, m);
+  return Status::ok();
+}
+
+Status Backend::rope_attention_batch(std::span<const BatchSeq> seqs, int64_t layer, Tensor& q, Tensor& k,
+                                     const Tensor& v, int64_t m, const int32_t* q_pos, const cpu::RopeTable& table,
+                                     cpu::RopeStyle style, const AttentionShape& shape, Tensor& out) {
+  LITHE_TRY(check_batch(seqs, m));
+  for (const BatchSeq& s : seqs) {
     LITHE_ASSIGN(Tensor qs, q.slice_rows(s.row0, s.row0 + s.n));
     LITHE_ASSIGN(Tensor ks, k.slice_rows(s.row0, s.row0 + s.n));
     LITHE_ASSIGN(Tensor vs, v.slice_rows(s.row0, s.row0 + s.n));

@@ -96,8 +96,9 @@ class CpuBackend final : public Backend {
   Status rope_attention_batch(std::span<const BatchSeq> seqs, int64_t layer, Tensor& q, Tensor& k, const Tensor& v,
                               int64_t m, const int32_t* q_pos, const cpu::RopeTable& table, cpu::RopeStyle style,
                               const AttentionShape& shape, Tensor& out) override {
+    LITHE_TRY(check_batch(seqs, m));
     for (const BatchSeq& s : seqs)
-      if (s.cache == nullptr || s.cache->keys_pre_rope() || s.row0 < 0 || s.n <= 0 || s.row0 + s.n > m)
+      if (s.cache->keys_pre_rope())
         return Backend::rope_attention_batch(seqs, layer, q, k, v, m, q_pos, table, style, shape, out);
     LITHE_TRY(check_f32(out, m, shape.n_heads * shape.head_dim, "attention out"));
     LITHE_TRY(rope(q, m, shape.n_heads, shape.head_dim, q_pos, table, style));

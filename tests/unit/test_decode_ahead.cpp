@@ -144,17 +144,16 @@ TEST(DecodeAhead, GenerateEndsEveryWayLikeTheReference) {
   {  // a stop string: the text of reference tokens 4..5
     auto text = m->tokenizer().decode(std::vector<int32_t>(want.begin() + 4, want.begin() + 6));
     ASSERT_TRUE(text.is_ok());
-    if (!text->empty()) {
-      auto cache = m->new_cache(256);
-      std::vector<int32_t> history;
-      GenerateOptions g = go;
-      g.stop = {*text};
-      auto r = generate(*m, *cache, history, prompt, g);
-      ASSERT_TRUE(r.is_ok());
-      ASSERT_EQ(r->finish_reason, "stop");
-      EXPECT_LE(r->tokens.size(), 6u);
-      check(*r, *cache, history, r->tokens.size(), "stop");
-    }
+    ASSERT_FALSE(text->empty());
+    auto cache = m->new_cache(256);
+    std::vector<int32_t> history;
+    GenerateOptions g = go;
+    g.stop = {*text};
+    auto r = generate(*m, *cache, history, prompt, g);
+    ASSERT_TRUE(r.is_ok());
+    ASSERT_EQ(r->finish_reason, "stop");
+    EXPECT_LE(r->tokens.size(), 6u);
+    check(*r, *cache, history, r->tokens.size(), "stop");
   }
   {  // the context fills: 9 prompt tokens in 16 slots
     auto cache = m->new_cache(16);

@@ -170,6 +170,8 @@ class Backend {
   // Each row's best id in the last top_k (the default top_k sets them): what kArgmaxToken reads on
   // a host backend.
   std::vector<int32_t> best_ids_;
+  // rope_attention_batch's sequences: each with a cache and rows inside [0, m); else an error.
+  static Status check_batch(std::span<const BatchSeq> seqs, int64_t m);
   // ids[i], or best_ids_[i] for kArgmaxToken; an error naming the id when it is outside [0, vocab).
   Result<int32_t> token_id(const int32_t* ids, int64_t i, int64_t vocab) const;
   // top_k on the host (logits copied there first if need be), setting best_ids_.

@@ -497,7 +497,7 @@ Status decode(const AttentionParams& p, const DecodeSeq* seqs, int64_t n_seqs, v
   a.qscale = p.scale * kLog2e;
   a.counters = static_cast<unsigned*>(work);
   a.acc = reinterpret_cast<float*>(static_cast<char*>(work) + kDecodeCounterBytes);
-  a.ml = reinterpret_cast<float2*>(reinterpret_cast<char*>(a.acc) + static_cast<size_t>(std::max<int64_t>(n_seqs, 1)) *
+  a.ml = reinterpret_cast<float2*>(reinterpret_cast<char*>(a.acc) + static_cast<size_t>(n_seqs) *
                                    static_cast<size_t>(p.n_q * p.n_heads) * d.n_splits * p.head_dim * 4);
   a.out = p.out;
   const int hk = static_cast<int>(p.n_kv_heads);

@@ -334,12 +334,11 @@ class CudaBackend final : public Backend {
   Status rope_attention_batch(std::span<const BatchSeq> seqs, int64_t layer, Tensor& q, Tensor& k, const Tensor& v,
                               int64_t m, const int32_t* q_pos, const cpu::RopeTable& table, cpu::RopeStyle style,
                               const AttentionShape& shape, Tensor& out) override {
+    LITHE_TRY(check_batch(seqs, m));
     std::vector<BatchSeq> solo;
     std::vector<cuda::DecodeSeq> ds;
     cuda::AttentionParams p;  // what the batch shares (checked as the first sequence's)
     for (const BatchSeq& s : seqs) {
-      if (s.cache == nullptr || s.row0 < 0 || s.row0 + s.n > m)
-        return Backend::rope_attention_batch(seqs, layer, q, k, v, m, q_pos, table, style, shape, out);
       if (s.n != 1 || s.cache->keys_pre_rope() || seqs.size() < 2) {
         solo.push_back(s);
         continue;
@@ -349,17 +348,15 @@ class CudaBackend final : public Backend {
       LITHE_ASSIGN(Tensor vs, v.slice_rows(s.row0, s.row0 + 1));
       LITHE_ASSIGN(Tensor os, out.slice_rows(s.row0, s.row0 + 1));
       const Rope r{&table, style, qs.data_as<float>(), ks.data_as<float>()};
-      cuda::DecodeSeq d;
-      LITHE_TRY(attend(*s.cache, layer, qs, ks, vs, 1, q_pos + s.row0, s.slots, shape, os, Prologue::rope_store, &r, &d));
-      const cuda::KvType kt = s.cache->dtype() == DType::f16 ? cuda::KvType::f16 : cuda::KvType::f32;
+      cuda::AttentionParams a;
+      LITHE_TRY(attend(*s.cache, layer, qs, ks, vs, 1, q_pos + s.row0, s.slots, shape, os, Prologue::rope_store, &r, &a));
       if (ds.empty()) {
-        p = {d.q, d.q_pos, 1, d.k, d.v, kt, d.kv_pos, d.n_kv, s.cache->capacity(), s.cache->kv_dim(), d.pages,
-             shape.n_heads, shape.n_kv_heads, shape.head_dim, shape.scale, d.out};
-      } else if (kt != p.kv || s.cache->kv_dim() != p.kv_stride) {
+        p = a;
+      } else if (a.kv != p.kv || a.kv_stride != p.kv_stride) {
         return error(StatusCode::invalid_argument, "rope_attention_batch: caches of one batch differ in type or width");
       }
-      p.kv_capacity = std::max(p.kv_capacity, s.cache->capacity());
-      ds.push_back(d);
+      p.kv_capacity = std::max(p.kv_capacity, a.kv_capacity);
+      ds.push_back({a.q, a.q_pos, a.k, a.v, a.kv_pos, a.n_kv, a.pages, a.out});
     }
     if (!ds.empty()) LITHE_TRY(attend_batch(p, ds));
     return solo.empty() ? Status::ok()
@@ -416,7 +413,10 @@ class CudaBackend final : public Backend {
   // top_k: the kernel writes values, then ids, into topk_ (and each row's best id into best_, the
   // feed of kArgmaxToken), and one copy takes them into a pinned slot whose event marks its arrival.
   Status top_k(const Tensor& logits, int64_t rows, int k, float* vals, int32_t* ids) override {
-    topk_pending_.clear();  // unfetched results are dropped (their slots' late copies land first)
+    if (!topk_pending_.empty()) {  // unfetched results are dropped once their copies have landed
+      LITHE_TRY(check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+      topk_pending_.clear();
+    }
     LITHE_TRY(top_k_launch(logits, rows, k));
     return fetch_top_k(vals, ids, nullptr, nullptr);
   }
@@ -651,11 +651,11 @@ class CudaBackend final : public Backend {
   enum class Prologue { store, rope_store, none, store_pre_rope };
 
   // attention() after its prologue, then the decode (m <= 8) or prefill kernel. With `batched`
-  // (decode sizes), the decode kernel is not launched: its per-sequence arguments go there, for
-  // one attention_decode_batch over many sequences (rope_attention_batch).
+  // (decode sizes), the decode kernel is not launched: its arguments go there, for one
+  // attention_decode_batch over many sequences (rope_attention_batch).
   Status attend(KvCache& cache, int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t m,
                 const int32_t* q_pos, const int64_t* slots, const AttentionShape& shape, Tensor& out,
-                Prologue pro, const Rope* rot = nullptr, cuda::DecodeSeq* batched = nullptr) {
+                Prologue pro, const Rope* rot = nullptr, cuda::AttentionParams* batched = nullptr) {
     const int64_t kv_dim = cache.kv_dim();
     LITHE_TRY(check_act(k, m, kv_dim, "attention k"));
     LITHE_TRY(check_act(v, m, kv_dim, "attention v"));
@@ -717,7 +717,7 @@ class CudaBackend final : public Backend {
     }
     if (batched != nullptr && (m > cuda::kDecodeMaxQueries || pro == Prologue::store_pre_rope))
       return error(StatusCode::internal, "batched decode attention of {} rows", m);
-    if (batched != nullptr) *batched = {p.q, p.q_pos, p.k, p.v, p.kv_pos, p.n_kv, p.pages, p.out};
+    if (batched != nullptr) *batched = p;
     size_t work_bytes = 0;
     if (m <= cuda::kDecodeMaxQueries && batched == nullptr) work_bytes = cuda::attention_decode_work_bytes(p);
     void* work = nullptr;

@@ -104,13 +104,12 @@ Status StepGraph::reserve(size_t bytes) {
     h = nullptr;
   }
   if (dev_ != nullptr) cudaFree(dev_);
-  dev_ = host_ = nullptr;
+  dev_ = nullptr;
   cap_ = 0;
   const size_t cap = std::max<size_t>(bytes, 1 << 20);
   for (char*& h : hosts_) LITHE_TRY(check(cudaMallocHost(&h, cap), "cudaMallocHost (staging)"));
   LITHE_TRY(check(cudaMalloc(&dev_, cap), "cudaMalloc (staging)"));
   cap_ = cap;
-  host_ = hosts_[buf_];
   restart();
   return Status::ok();
 }
@@ -118,16 +117,15 @@ Status StepGraph::reserve(size_t bytes) {
 Status StepGraph::use_other_buffer() {
   LITHE_TRY(check(cudaEventRecord(left_[buf_], stream_), "cudaEventRecord"));
   buf_ ^= 1;
-  host_ = hosts_[buf_];
   restart();
   return check(cudaEventSynchronize(left_[buf_]), "cudaEventSynchronize");
 }
 
-Result<const void*> StepGraph::stage(const void* host, size_t bytes) {
+Result<const void*> StepGraph::stage(const void* src, size_t bytes) {
   constexpr size_t kMemoMax = 4096;  // larger pieces (whole position arrays) are not looked up
   const bool memo = mode_ == Mode::eager && bytes > 0 && bytes <= kMemoMax;
   if (memo) {
-    auto it = memo_.find(std::string_view(static_cast<const char*>(host), bytes));
+    auto it = memo_.find(std::string_view(static_cast<const char*>(src), bytes));
     if (it != memo_.end()) return static_cast<const void*>(dev_ + it->second);
   }
   size_t at = (cursor_ + 15) & ~size_t{15};
@@ -147,11 +145,11 @@ Result<const void*> StepGraph::stage(const void* host, size_t bytes) {
   } else if (mode_ == Mode::capture) {
     cur_->sizes.push_back(bytes);
   }
-  if (bytes > 0) std::memcpy(host_ + at, host, bytes);
+  if (bytes > 0) std::memcpy(host() + at, src, bytes);
   if (mode_ == Mode::eager && bytes > 0)
-    LITHE_TRY(check(cudaMemcpyAsync(dev_ + at, host_ + at, bytes, cudaMemcpyHostToDevice, stream_), "staging upload"));
+    LITHE_TRY(check(cudaMemcpyAsync(dev_ + at, host() + at, bytes, cudaMemcpyHostToDevice, stream_), "staging upload"));
   cursor_ = at + bytes;
-  if (memo) memo_.emplace(std::string_view(host_ + at, bytes), at);
+  if (memo) memo_.emplace(std::string_view(host() + at, bytes), at);
   return static_cast<const void*>(dev_ + at);
 }
 
@@ -176,7 +174,7 @@ Status StepGraph::begin(uint64_t key) {
     cur_->sizes.clear();
     LITHE_TRY(check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture"));
     // The step's one upload; its size is fixed at end().
-    LITHE_TRY(check(cudaMemcpyAsync(dev_, host_, cap_, cudaMemcpyHostToDevice, stream_), "staging upload (capture)"));
+    LITHE_TRY(check(cudaMemcpyAsync(dev_, host(), cap_, cudaMemcpyHostToDevice, stream_), "staging upload (capture)"));
   }
   return Status::ok();
 }

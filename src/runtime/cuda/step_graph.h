@@ -44,9 +44,9 @@ class StepGraph {
   StepGraph(const StepGraph&) = delete;
   StepGraph& operator=(const StepGraph&) = delete;
 
-  // Device address holding a copy of `bytes` bytes at `host` by the time later work on the stream
+  // Device address holding a copy of `bytes` bytes at `src` by the time later work on the stream
   // runs. Eager: uploads now; capture/replay: staged for the step's single upload.
-  Result<const void*> stage(const void* host, size_t bytes);
+  Result<const void*> stage(const void* src, size_t bytes);
   // True when ops must not enqueue work (the step is replayed from its graph).
   bool replaying() const { return mode_ == Mode::replay; }
   bool capturing() const { return mode_ == Mode::capture; }
@@ -96,11 +96,11 @@ class StepGraph {
   char* hosts_[2] = {nullptr, nullptr};
   cudaEvent_t left_[2] = {nullptr, nullptr};  // recorded when buffer b stops being current
   int buf_ = 0;                               // the current host buffer
-  char* host_ = nullptr;                      // hosts_[buf_]
+  char* host() const { return hosts_[buf_]; }
   char* dev_ = nullptr;
   size_t cap_ = 0, cursor_ = 0;
   std::unordered_map<uint64_t, Entry> steps_;
-  // Eager pieces by content (views into host_) -> their offset; valid until the cursor restarts.
+  // Eager pieces by content (views into host()) -> their offset; valid until the cursor restarts.
   std::unordered_map<std::string_view, size_t> memo_;
   void restart() {
     cursor_ = 0;

@@ -20,7 +20,8 @@
 // - "int4 MB" / GB/s: the whole packed block (codes, scales; 2:4 metadata for the sparse rows).
 // Usage: bench_cuda_qgemm [--quick] [--all] [--sparse]  (--quick: 20 runs per row; --all: also the
 // 14336 shapes and the small model's; --sparse: also the 2:4 sparse variant, on a random 2:4
-// matrix, against the same dense cuBLAS)
+// matrix, against the same dense cuBLAS). To time (or profile) a few rows only:
+// BENCH_M=64,128 keeps those batch sizes, BENCH_SHAPE=gate keeps the layers whose name contains it.
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -177,7 +178,22 @@ int main(int argc, char** argv) {
     shapes.push_back({"small down", 1536, 576});
     shapes.push_back({"small k/v", 576, 192});
   }
-  const std::vector<int> batches = {1, 2, 4, 8, 16, 32, 64, 128};
+  std::vector<int> batches = {1, 2, 4, 8, 16, 32, 64, 128};
+  if (const char* e = std::getenv("BENCH_M")) {
+    batches.clear();
+    for (const char* c = e; *c != 0;) {
+      char* end = nullptr;
+      const long v = std::strtol(c, &end, 10);
+      if (end == c || v < 1) {
+        std::fprintf(stderr, "BENCH_M=%s: expected a comma-separated list of batch sizes >= 1\n", e);
+        return 2;
+      }
+      batches.push_back(static_cast<int>(v));
+      c = *end == ',' ? end + 1 : end;
+    }
+  }
+  if (const char* e = std::getenv("BENCH_SHAPE"))
+    std::erase_if(shapes, [&](const Shape& sh) { return std::strstr(sh.name, e) == nullptr; });
   std::printf("| layer | int4 format | n_in x n_out | m | int4 MB | marlin us | GB/s | of copy | b2b us | b2b of copy "
               "| cuBLAS f16 us | GB/s | cuBLAS b2b us | speedup | b2b speedup | rel diff |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");

@@ -8,6 +8,9 @@
 #   bash bench/gq_device_run.sh profile REGEX SKIP [REGEX SKIP ...]
 #                                         ncu (speed of light, occupancy, warp states) on launch
 #                                         SKIP of the kernels matching REGEX in bench_cuda_gq_gemv --quick
+#   bash bench/gq_device_run.sh profile_qgemm SHAPE M [SHAPE M ...]
+#                                         the same on the Marlin GEMM of bench_cuda_qgemm's row
+#                                         (layer name containing SHAPE, batch M), after its warm-up
 # Logs go to $OUT (or out/device).
 set -uo pipefail
 source "$(dirname "$0")/device_common.sh"
@@ -54,5 +57,18 @@ case "${1:-}" in
       shift 2
     done
     ;;
-  *) echo "usage: $0 build|kernels|e2e|profile"; exit 2 ;;
+  profile_qgemm)
+    shift
+    while [ $# -ge 2 ]; do
+      f="$OUT/ncu_qgemm_${1//\//_}_$2.txt"
+      BENCH_SHAPE=$1 BENCH_M=$2 ncu --kernel-name-base demangled --kernel-name "regex:gemm_kernel" --launch-skip 3 \
+          --launch-count 1 --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
+          --section MemoryWorkloadAnalysis --section SchedulerStats --section ComputeWorkloadAnalysis \
+          --metrics "$STALLS" $B/bin/bench_cuda_qgemm --quick > "$f" 2>&1
+      echo "== $1 m=$2"
+      grep -E "Duration|DRAM Throughput|L2 Cache Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|No Eligible|Warp Cycles Per Issued|Grid Size|Eligible Warps|Executed Ipc A|stall|inst_executed|Tensor|Pipe" "$f" | head -40
+      shift 2
+    done
+    ;;
+  *) echo "usage: $0 build|kernels|e2e|profile|profile_qgemm"; exit 2 ;;
 esac

@@ -8,11 +8,12 @@
 //
 // GEMM, in GEMM terms: A = x16 [m][k], B = Wᵀ [k][n] (n = n_out), C = y [m][n].
 // - Tiles. A block tile is M_T = 16*MB rows × N_T = 64*NW columns × K_T = 16*KS of k. A "unit" is
-//   one such tile's k step: K_T × N_T int4 weights (8 KiB for both configs) and M_T × K_T of A.
-//   Configs (Cfg below): m <= 16: MB=1, N_T=128, K_T=128, 6 stages; m in 17..64: MB = ceil(m/16),
-//   N_T=256, K_T=64, 4 stages (a wider tile reuses each A byte read from L2 over more columns, as
-//   the activations grow); m > 64: MB=4 and the rows are cut into 64-row slices that are scheduled
-//   as independent problems (B is then streamed once per slice).
+//   one such tile's k step: K_T × N_T int4 weights (8 KiB) and M_T × K_T of A. Configs (Cfg
+//   below), all N_T=128, K_T=128: m <= 16: MB=1, 6 stages; m in 17..64: MB = ceil(m/16), 4
+//   stages; m > 64: MB=4 and the rows are cut into 64-row slices that are scheduled as
+//   independent problems (B is then streamed once per slice). 256-column tiles for m > 16 read
+//   A half as often but make the k-split partial tiles twice as large; they measured slower
+//   (bench/RESULTS.md, thirteenth session). 2:4 sparse keeps them (see SpM*).
 // - Warps. 8 warps; warp (wn, wk): wn = warp % NW owns output columns [64 wn, 64 wn + 64) of the
 //   tile, wk = warp / NW the k16 steps [wk*KSW, (wk+1)*KSW) of each unit (k split inside the block,
 //   KSW = 2). Each warp multiplies M_T × 16 by 16 × 64 per step: per m16 block 8 mma.m16n8k16.
@@ -40,7 +41,8 @@
 //   last block to arrive: each block writes its f32 partial tile (valid rows only) into scratch,
 //   fences and increments the slice's counter (scratch, indexed by b_last); the block that sees
 //   the count complete resets the counter to 0 and sums y (when accumulating) and the partials in
-//   block order, so the result does not depend on arrival order. No block ever waits for another.
+//   block order, so the result does not depend on arrival order; it loads several partials at
+//   once, so that their latencies overlap. No block ever waits for another.
 // - 2:4 sparse (fmt.sparse24; Cfg SPARSE, the same kernel): the weights become the sparse A operand
 //   of mma.sp::ordered_metadata m16n8k32 (16 output columns x 32 of k, stored as the 2 kept codes
 //   per run of 4 plus 2-bit indices), x the B operand (ldmatrix.x4 of 8 rows x 32 of k). The
@@ -116,10 +118,11 @@ struct Cfg {
 };
 
 using CfgM1 = Cfg<1, 2, 8, 6, true, false>;  // m <= 16
-using CfgM2 = Cfg<2, 4, 4, 4, true, false>;  // m <= 32
-using CfgM3 = Cfg<3, 4, 4, 4, true, false>;  // m <= 48
-using CfgM4 = Cfg<4, 4, 4, 4, true, false>;  // m > 48 (64-row slices)
-// 2:4 sparse: the same tiles; one k32 step per warp and unit, so fragments are loaded per step.
+using CfgM2 = Cfg<2, 2, 8, 4, true, false>;  // m <= 32
+using CfgM3 = Cfg<3, 2, 8, 4, true, false>;  // m <= 48
+using CfgM4 = Cfg<4, 2, 8, 4, true, false>;  // m > 48 (64-row slices)
+// 2:4 sparse: one k32 step per warp and unit, so fragments are loaded per step; m > 16 keeps the
+// 256-column tiles (N_T = 128 with sparse fragments was not made to work: bench/DEVICE_RUNS.md).
 using SpM1 = Cfg<1, 2, 8, 6, false, true>;
 using SpM2 = Cfg<2, 4, 4, 4, false, true>;
 using SpM3 = Cfg<3, 4, 4, 4, false, true>;
@@ -539,6 +542,9 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
     __syncthreads();
     if (!s_last) return;
     __threadfence();
+    // y (when accumulating), then the partials in block order; kP partials' loads are issued
+    // together so that their latencies overlap (about 16 float4 in flight per thread).
+    constexpr int kP = U >= 16 ? 1 : (16 / U > 8 ? 8 : 16 / U);
     float4 v[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -546,17 +552,24 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
       v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
       if (p.accumulate && ok(q)) v[u] = __ldcg(y4(q));
     }
-    for (int b = b_first; b <= b_last; ++b) {
-      const float4* part = partial_of(b);
-      const bool mine = b == static_cast<int>(blockIdx.x);
+    for (int b0 = b_first; b0 <= b_last; b0 += kP) {
+      float4 w[kP][U];
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int q = tid + u * kThreads;
-        if (ok(q)) {
-          const float4 w = mine ? tile4(q) : __ldcg(part + q);
-          v[u].x += w.x, v[u].y += w.y, v[u].z += w.z, v[u].w += w.w;
+      for (int j = 0; j < kP; ++j) {
+        const int b = b0 + j;
+        const float4* part = partial_of(b);
+        const bool mine = b == static_cast<int>(blockIdx.x);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int q = tid + u * kThreads;
+          w[j][u] = make_float4(0.f, 0.f, 0.f, 0.f);
+          if (b <= b_last && ok(q)) w[j][u] = mine ? tile4(q) : __ldcg(part + q);
         }
       }
+#pragma unroll
+      for (int j = 0; j < kP; ++j)
+#pragma unroll
+        for (int u = 0; u < U; ++u) v[u].x += w[j][u].x, v[u].y += w[j][u].y, v[u].z += w[j][u].z, v[u].w += w[j][u].w;
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -626,11 +639,15 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
 struct Plan {
   int mb, m_t, n_t, k_t;
 };
-Plan plan_for(int64_t m) {
-  if (m <= 16) return {1, CfgM1::M_T, CfgM1::N_T, CfgM1::K_T};
-  if (m <= 32) return {2, CfgM2::M_T, CfgM2::N_T, CfgM2::K_T};
-  if (m <= 48) return {3, CfgM3::M_T, CfgM3::N_T, CfgM3::K_T};
-  return {4, CfgM4::M_T, CfgM4::N_T, CfgM4::K_T};
+template <class C>
+constexpr Plan plan_of() {
+  return {C::MB, C::M_T, C::N_T, C::K_T};
+}
+Plan plan_for(int64_t m, bool sparse) {
+  if (m <= 16) return sparse ? plan_of<SpM1>() : plan_of<CfgM1>();
+  if (m <= 32) return sparse ? plan_of<SpM2>() : plan_of<CfgM2>();
+  if (m <= 48) return sparse ? plan_of<SpM3>() : plan_of<CfgM3>();
+  return sparse ? plan_of<SpM4>() : plan_of<CfgM4>();
 }
 
 constexpr int kMaxDevices = 64;
@@ -656,7 +673,7 @@ struct ScratchLayout {
   int64_t x16_off, partial_off, total;
 };
 ScratchLayout scratch_layout(const PackedWeight& w, int64_t m, int sms) {
-  const Plan pl = plan_for(m);
+  const Plan pl = plan_for(m, w.fmt.sparse24);
   ScratchLayout l;
   l.x16_off = kCounterBytes;
   l.partial_off = l.x16_off + align256(m * padded_k(w.n_in) * 2);
@@ -727,7 +744,7 @@ Status marlin_linear(const PackedWeight& w, const void* w_dev, const float* x, i
     return detail::bad_arg("marlin_linear: scratch of " + std::to_string(scratch_bytes) + " bytes is too small for " +
                            std::to_string(m) + " rows of [" + std::to_string(w.n_out) + ", " + std::to_string(w.n_in) +
                            "] (needs " + std::to_string(sl.total) + ", see marlin_scratch_bytes)");
-  const Plan pl = plan_for(m);
+  const Plan pl = plan_for(m, w.fmt.sparse24);
   const int64_t k_pad = padded_k(w.n_in);
   const int64_t n_tiles = detail::ceil_div(w.n_out, pl.n_t);
   const int64_t k_tiles = detail::ceil_div(w.n_in, pl.k_t);

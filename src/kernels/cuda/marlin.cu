@@ -544,7 +544,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
     __threadfence();
     // y (when accumulating), then the partials in block order; kP partials' loads are issued
     // together so that their latencies overlap (about 16 float4 in flight per thread).
-    constexpr int kP = U >= 16 ? 1 : (16 / U > 8 ? 8 : 16 / U);
+    constexpr int kP = std::clamp(16 / U, 1, 8);
     float4 v[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {

@@ -18,6 +18,7 @@
 //   (layer copies rotated as above). "tok/s bound": 32 such layers per token, nothing else.
 // - A third table times gemv_dequantize_f16 (reads the packed bytes, writes 2 bytes per weight).
 // Usage: bench_cuda_gq_gemv [--quick]   (--quick: 20 runs per row, m = 1, 8 and 16 only)
+// BENCH_M=1,4 keeps those batch sizes (<= 16), BENCH_FORMAT=int4 the formats whose name contains it.
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -294,9 +295,11 @@ int main(int argc, char** argv) {
   const bool quick = c.quick;
   std::printf("\n");
 
-  const Format formats[] = {{"int4 g128", 4, 128}, {"int3 g128", 3, 128}, {"int2 g64", 2, 64}, {"int8 per-ch", 8, 0}};
+  std::vector<Format> formats = {{"int4 g128", 4, 128}, {"int3 g128", 3, 128}, {"int2 g64", 2, 64}, {"int8 per-ch", 8, 0}};
+  if (const char* e = std::getenv("BENCH_FORMAT"))
+    std::erase_if(formats, [&](const Format& f) { return std::strstr(f.name, e) == nullptr; });
   const int64_t shapes[][2] = {{4096, 4096}, {4096, 11008}, {11008, 4096}};  // n_in x n_out
-  const std::vector<int> ms = quick ? std::vector<int>{1, 8, 16} : std::vector<int>{1, 2, 4, 8, 16};
+  const std::vector<int> ms = batches_from_env(quick ? std::vector<int>{1, 8, 16} : std::vector<int>{1, 2, 4, 8, 16});
   std::vector<std::string> dequant_rows;
   std::printf(
       "| n_in x n_out | format | m | packed MB | gemv us | GB/s | of copy | f16 matvec us | cuBLAS f16 us | x matvec | "

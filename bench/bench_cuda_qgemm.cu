@@ -178,20 +178,7 @@ int main(int argc, char** argv) {
     shapes.push_back({"small down", 1536, 576});
     shapes.push_back({"small k/v", 576, 192});
   }
-  std::vector<int> batches = {1, 2, 4, 8, 16, 32, 64, 128};
-  if (const char* e = std::getenv("BENCH_M")) {
-    batches.clear();
-    for (const char* c = e; *c != 0;) {
-      char* end = nullptr;
-      const long v = std::strtol(c, &end, 10);
-      if (end == c || v < 1) {
-        std::fprintf(stderr, "BENCH_M=%s: expected a comma-separated list of batch sizes >= 1\n", e);
-        return 2;
-      }
-      batches.push_back(static_cast<int>(v));
-      c = *end == ',' ? end + 1 : end;
-    }
-  }
+  const std::vector<int> batches = batches_from_env({1, 2, 4, 8, 16, 32, 64, 128});
   if (const char* e = std::getenv("BENCH_SHAPE"))
     std::erase_if(shapes, [&](const Shape& sh) { return std::strstr(sh.name, e) == nullptr; });
   std::printf("| layer | int4 format | n_in x n_out | m | int4 MB | marlin us | GB/s | of copy | b2b us | b2b of copy "

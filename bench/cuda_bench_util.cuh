@@ -102,6 +102,25 @@ inline double copy_bandwidth(int reps, cudaStream_t s) {
 
 // What every benchmark program sets up: the stream, cuBLAS on it, the device, the repetitions per
 // row (20 with --quick, else 100) and the copy bandwidth.
+// The batch sizes of BENCH_M=1,8 (a comma-separated list), or `dflt` when it is unset; exits 2 on a
+// malformed list.
+inline std::vector<int> batches_from_env(std::vector<int> dflt) {
+  const char* e = std::getenv("BENCH_M");
+  if (e == nullptr) return dflt;
+  std::vector<int> out;
+  for (const char* c = e; *c != 0;) {
+    char* end = nullptr;
+    const long v = std::strtol(c, &end, 10);
+    if (end == c || v < 1) {
+      std::fprintf(stderr, "BENCH_M=%s: expected a comma-separated list of batch sizes >= 1\n", e);
+      std::exit(2);
+    }
+    out.push_back(static_cast<int>(v));
+    c = *end == ',' ? end + 1 : end;
+  }
+  return out;
+}
+
 struct Bench {
   cudaStream_t s;
   cublasHandle_t blas;

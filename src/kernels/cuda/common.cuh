@@ -83,9 +83,9 @@ Status allow_smem(Kernel* kernel, std::atomic<uint64_t>& done, size_t need, cons
 // hundreds of small kernels of a decode step. Every kernel launched this way calls pdl_wait() before
 // it reads or writes anything a predecessor touches (griddepcontrol.wait: returns once the previous
 // grid has completed and its writes are visible; a no-op for normal launches), and pdl_release() at
-// its start (its successor may be scheduled once every block of it runs). PDL is off unless
-// LITHE_PDL=1: on the current decode step it measured slower on both an H100 and an H200
-// (device_info.cu, bench/RESULTS.md); A100s never use it.
+// its start (its successor may be scheduled once every block of it runs). Which launches use it:
+// pdl_enabled (off for most kernels: on the f16 decode step it measured slower on both an H100 and
+// an H200; on for the gq GEMV); A100s never use it.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -97,10 +97,10 @@ __device__ __forceinline__ void pdl_release() {
 #endif
 }
 
-bool pdl_enabled();  // LITHE_PDL=1 and device 0 is sm_90+ (read once)
-
+// A launch with PDL when `pdl` (see pdl_enabled).
 template <typename... Params, typename... Args>
-void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
+void launch_with_pdl(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                     Args&&... args) {
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
@@ -110,8 +110,19 @@ void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, c
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
   cfg.attrs = &attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  cfg.numAttrs = pdl ? 1 : 0;
   (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);  // errors surface in launched()
+}
+
+// Whether launches use PDL on device 0 (sm_90+ only): LITHE_PDL=1 on, LITHE_PDL=0 off, unset:
+// `by_default` (read once). The kernels that stream compressed weights (gq_gemv.cu) ask for it by
+// default: they issue their first weight loads before griddepcontrol.wait, and with PDL a Llama-2-7B
+// int4 decode ran 9% faster on an H100 (bench/RESULTS.md); the others do not.
+bool pdl_enabled(bool by_default = false);
+
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
+  launch_with_pdl(pdl_enabled(), kernel, grid, block, smem, s, std::forward<Args>(args)...);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

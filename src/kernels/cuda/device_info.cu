@@ -96,14 +96,15 @@ Status device_facts(DeviceFacts& out) {
   return Status::ok();
 }
 
-bool pdl_enabled() {
-  // Off unless LITHE_PDL=1 (and the device is sm_90+). Side by side on the current decode step
-  // (bench/cuda_decode_ab.sh, llama2-7b f16 tg at depth 512, 2026-11-21) it loses 3% on an H100
-  // (182.5 / 183.1 vs 188.6 / 188.8 tok/s) and 9.5% on an H200 (222.6 vs 246.1); it had gained
-  // 2.1% on an H200 before the decode fusions (early weight loads, folded norms, in-kernel merge).
-  static const bool on = [] {
+bool pdl_enabled(bool by_default) {
+  // Off by default for most kernels: side by side on the decode step (bench/cuda_decode_ab.sh,
+  // llama2-7b f16 tg at depth 512, 2026-11-21) it lost 3% on an H100 (182.5 / 183.1 vs 188.6 / 188.8
+  // tok/s) and 9.5% on an H200 (222.6 vs 246.1). The gq GEMV asks for it (common.cuh).
+  static const int forced = [] {  // 1 on, 0 off, -1 unset
     const char* e = std::getenv("LITHE_PDL");
-    if (e == nullptr || std::strcmp(e, "1") != 0) return false;
+    return e == nullptr ? -1 : std::strcmp(e, "1") == 0 ? 1 : 0;
+  }();
+  static const bool sm90 = [] {
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
@@ -112,7 +113,7 @@ bool pdl_enabled() {
     }
     return major >= 9;
   }();
-  return on;
+  return sm90 && (forced < 0 ? by_default : forced == 1);
 }
 }  // namespace detail
 

@@ -1,6 +1,6 @@
 // Group-quantized matrix-vector products for decode (cuda_gq.h: gemv, gemv_linear), batch
-// m <= kGemvMaxRows on integer tensor cores, and the expansion of the same packed matrix to dense
-// f16 (gemv_dequantize_f16). The layout is described in gq_gemv_layout.h; the kernel streams it once
+// m <= kGemvMaxRows on tensor cores, and the expansion of the same packed matrix to dense f16
+// (gemv_dequantize_f16). The layout is described in gq_gemv_layout.h; the kernel streams it once
 // from HBM.
 //
 // Work split (a decode matrix of 4096 rows is only 256 tiles: the k dimension is split too)
@@ -13,30 +13,31 @@
 // - A batch is U chunks of each of the R tiles with their scale records. The first batch is issued
 //   before griddepcontrol.wait (PDL: weights are never written by kernels), and each later batch
 //   is issued before the previous one is multiplied.
-//
-// x in three signed bytes. After the wait the block stages its k-range of x once for its 8 tiles:
-// each value gathered by perm (act-order), times the norm weight (folded RMSNorm), zero past n_in.
-// Per "segment" (useg units of 32 columns, <= 128 columns, never across a group) and x row, with
-// s = max |x| / 127: x = s q0 + (s / 254) q1 + (s / 254^2) q2 + e, q_p integers in [-127, 127] and
-// |e| <= s / 254^2 / 2, ~23 bits of the segment's largest value. Piece p of x row i is B column
-// n = p M + i (SR = 3M columns; M = 1, 2 fit one n8 block, whose columns >= SR only feed outputs
-// never read), stored in shared memory as MMA B fragments, with the segment's (s_p, sum of q_p).
-// The block also sums x^2 over its range, in a loop over columns that is the same for every m.
-//
-// Arithmetic (per k32 block and tile, per lane: 16 codes, one or two 32-bit words)
-// - One or two bit operations per register give the codes as u8 (gq_gemv_layout.h); one
-//   m16n8k32 u8 x s8 MMA per n8 block sums codes times q exactly in s32 over a segment ("run").
-// - When the segment changes (and at the end), per row and column:
-//   acc += (scale * s_p) * (run - zero * sum q_p), all exact but the two f32 roundings: W = scale *
-//   (c - zero) as the reference has it. y of x row i = its three pieces' acc, added in order.
-// - Every output element is a function of its own x row only (an MMA column does not see the
-//   others), so row i of y is the same bits whatever m is.
+// - After the wait the block stages its k-range of x once for its 8 tiles, into shared memory as MMA
+//   B fragments: each value gathered by perm (act-order), times the norm weight (folded RMSNorm),
+//   zero past n_in, and split into f16 hi = f16(x) and lo = f16(x - hi), so hi + lo carries ~22
+//   bits of x. (Staging per 16-row tile instead cost more instructions than the weights: ncu, H100.)
+//   The block also sums x^2 over its range, in a loop over columns that is the same for every m.
+// - Fragment rows n of B: n < M is hi of x row n, M <= n < 2M lo of x row n - M (x rows >= m are
+//   zero). M <= 4: one n8 block (an M = 1 MMA wastes 6 of its 8 columns, which costs nothing here:
+//   the tensor cores are idle otherwise); M = 8, 16: 2M / 8 blocks.
 // - Each warp's sums go through shared memory to one thread per (x row, item row). With KS = 1 that
 //   thread applies the epilogue; otherwise the block writes its partial sums to scratch and the
 //   last block of the item to arrive (a counter, reset by that block) adds the KS partials in ks
 //   order (deterministic), zeroes them (one scratch serves launches of every shape: it must be all
 //   zero between launches) and applies the epilogue: store / accumulate / swiglu, times 1/rms
 //   under a folded norm.
+//
+// Arithmetic (per k16 block and tile, per lane: 8 codes, one 32-bit word for int4)
+// - (word & mask) | 0x64006400 (one LOP3; int8: one PRMT) makes an f16 pair 1024 + c * 2^(b*j);
+//   one HFMA2 with (2^-(b*j), -(1024 * 2^-(b*j) + zero)) gives the exact integers c - zero in the
+//   A register the MMA reads: about 9 instructions for 8 int4 weights, then one MMA per n8 block.
+// - The MMA sums (c - zero) * x exactly-rounded into f32 per group run; when the group changes (and
+//   at the end) acc += scale * run, per row: W = scale * (c - zero) as the reference has it, x to
+//   ~22 bits, only the order of the f32 sums differs.
+// - Every output element is a function of its own x row only (an MMA column does not see the
+//   others; hi and lo are accumulated apart and added last), so row i of y is the same bits
+//   whatever m is.
 // Instantiations: bits {2, 3, 4, 8} x M {1, 2, 4, 8, 16} (m rounded up; x rows >= m are zero,
 // never stored) x {one tile, act-order, two tiles (swiglu)}, and one dequantize kernel per bits.
 #include <algorithm>
@@ -93,9 +94,7 @@ struct Mat {
 // The shape shared by the matrices of a launch.
 struct Geo {
   int n_in, chunks, groups, units;
-  int useg;         // units per segment of x statistics (<= 4, divides the group's units)
-  uint32_t gmagic;  // group of unit u: div_magic(u, gmagic)
-  uint32_t smagic;  // segment of unit u: div_magic(u, smagic)
+  uint32_t gmagic;  // group of unit u: umulhi(u, gmagic), or u when 0 (group 32)
 };
 
 struct Args {
@@ -115,8 +114,9 @@ struct Args {
 
 template <int BITS>
 struct Codec {
-  static constexpr int kUnits = L::kblocks(BITS);     // k32 blocks (units) per chunk
-  static constexpr int kSpan = L::chunk_span(BITS);   // columns per chunk
+  static constexpr int kBlocks = L::kblocks(BITS);       // k16 blocks per chunk
+  static constexpr int kSpan = L::chunk_span(BITS);      // columns per chunk
+  static constexpr int kUnits = kSpan / L::kUnitCols;    // scale records per chunk and row
   static constexpr bool kHi = BITS == 3;
 };
 
@@ -125,48 +125,109 @@ struct Chunk {
   uint2 hi;
 };
 
+// f16 bits of an exact dyadic value (compile time).
+constexpr uint32_t f16_bits(double v) {
+  if (v == 0) return 0;
+  int e = 0;
+  while (v >= 2) v /= 2, ++e;
+  while (v < 1) v *= 2, --e;
+  return static_cast<uint32_t>((e + 15) << 10) | static_cast<uint32_t>((v - 1) * 1024);
+}
+constexpr uint32_t pair_bits(double v) { return f16_bits(v) | f16_bits(v) << 16; }
+// Class j: codes sit at bit b*j, so the pair is 1024 + c * 2^(b*j).
+template <int BITS>
+constexpr double class_mult(int j) { return static_cast<double>(1 << (BITS == 8 ? 0 : L::class_bits(BITS) * j)); }
+
+// f16x2 arithmetic on 32-bit registers (no repacking of halves).
+template <uint32_t MASK>
+__device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b) {  // (a & MASK) | b
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "n"(MASK), "r"(b));
+  return r;
+}
+__device__ __forceinline__ uint32_t hfma2(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t r;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+__device__ __forceinline__ uint32_t hadd2(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+__device__ __forceinline__ float2 h2_to_f2(uint32_t h) {
+  float2 f;
+  asm("{ .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %2;\n cvt.f32.f16 %0, lo;\n cvt.f32.f16 %1, hi; }"
+      : "=f"(f.x), "=f"(f.y)
+      : "r"(h));
+  return f;
+}
+// d += A (16 x 16, f16, row-major fragment) * B (16 x 8, f16, column fragment), f32.
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int w) {
   return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
 }
 
-// The four u8 A registers of k32 block kb of a chunk (kb a compile-time constant after unrolling:
-// every shift and mask folds).
+// The f16 pair (1024 + c0 * 2^(b*j), 1024 + c1 * 2^(b*j)) of pair q of a chunk (q a compile-time
+// constant after unrolling: every mask, shift and rotation folds). magic: 0x64006400 in a register
+// (so that the mask and the magic make one LOP3).
 template <int BITS>
-__device__ __forceinline__ void regs_of(const Chunk& ch, int kb, uint32_t (&a)[4]) {
-#pragma unroll
-  for (int reg = 0; reg < 4; ++reg) {
-    const uint32_t w = word_of(ch.lo, L::lo_word(BITS, kb, reg));
-    if constexpr (BITS == 8) {
-      a[reg] = w;
-    } else if constexpr (BITS == 4) {
-      a[reg] = (reg % 2 ? w >> 4 : w) & 0x0f0f0f0fu;
-    } else {
-      a[reg] = (w >> 2 * reg) & 0x03030303u;
-      if constexpr (BITS == 3) {
-        const uint32_t h = L::hi_word(kb) ? ch.hi.y : ch.hi.x;
-        a[reg] |= __funnelshift_r(h, h, L::hi_rot(kb, reg)) & 0x04040404u;
-      }
+__device__ __forceinline__ uint32_t raw_pair(const Chunk& ch, int q, uint32_t magic) {
+  const uint32_t v = word_of(ch.lo, L::lo_word(BITS, q));
+  const int p = q % L::pairs_per_word(BITS);
+  if constexpr (BITS == 8) {
+    return __byte_perm(v, magic, p ? 0x5351 : 0x5250);  // bytes p, p + 2 beside magic's 0x64 (byte 5)
+  } else {
+    constexpr int J = L::classes(BITS), B = L::class_bits(BITS);
+    const int s = p / J, j = p % J;
+    const uint32_t base = s ? v >> 8 : v;
+    constexpr uint32_t m = ((1u << B) - 1) * 0x00010001u;
+    uint32_t r;
+    if (j == 0) r = lop3_and_or<m>(base, magic);
+    else if (j == 1) r = lop3_and_or<(m << B)>(base, magic);
+    else if (j == 2) r = lop3_and_or<(m << 2 * B)>(base, magic);
+    else r = lop3_and_or<(m << 3 * B)>(base, magic);
+    if constexpr (BITS == 3) {  // the third bit, just above the two low ones
+      const uint32_t h = L::hi_word(q) ? ch.hi.y : ch.hi.x;
+      const uint32_t hr = __funnelshift_r(h, h, L::hi_rot(q));
+      if (j == 0) r = lop3_and_or<0x00040004u>(hr, r);
+      else if (j == 1) r = lop3_and_or<0x00100010u>(hr, r);
+      else if (j == 2) r = lop3_and_or<0x00400040u>(hr, r);
+      else r = lop3_and_or<0x01000100u>(hr, r);
     }
+    return r;
   }
 }
 
-// d += A (16 x 32, u8, row-major fragment) * B (32 x 8, s8, column fragment), s32 (exact).
-__device__ __forceinline__ void mma(int (&d)[4], const uint32_t (&a)[4], uint2 b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
+// The HFMA2 addend of class j from a record: -(1024 / mult_j + zero) in both halves.
+template <int BITS>
+__device__ __forceinline__ uint32_t class_addend(uint32_t rec, int j) {
+  const uint32_t z0 = __byte_perm(rec, 0, 0x3232);  // -(1024 + zero) in both halves
+  return j == 0 ? z0 : hadd2(z0, pair_bits(1024.0 - 1024.0 / class_mult<BITS>(j)));
+}
+
+// The exact integers c - zero of pair q (an A register), given the addend of its class.
+template <int BITS>
+__device__ __forceinline__ uint32_t pair_values(const Chunk& ch, int q, uint32_t addend) {
+  constexpr uint32_t magic = 0x64006400u;  // f16 1024 in both halves
+  const int j = L::class_of_reg(BITS, q % 4);
+  return hfma2(raw_pair<BITS>(ch, q, magic), pair_bits(1.0 / class_mult<BITS>(j)), addend);
 }
 
 __device__ __forceinline__ float scale_of(uint32_t rec) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(rec & 0xffffu)));
 }
-__device__ __forceinline__ float zero_of(uint32_t rec) { return static_cast<float>(rec >> 16); }
 
-// u / d by a multiplier (magic = ceil(2^32 / d), or 0 for d = 1): exact for u < 2^21 (kMaxNIn).
-__device__ __forceinline__ int div_magic(int u, uint32_t magic) {
-  return magic ? static_cast<int>(__umulhi(static_cast<uint32_t>(u), magic)) : u;
+__device__ __forceinline__ int group_of(const Geo& g, int unit) {
+  const uint32_t u = static_cast<uint32_t>(unit);
+  return static_cast<int>(g.gmagic ? __umulhi(u, g.gmagic) : u);
 }
 
 // One warp's tile (swiglu: gate's and up's): R lane pointers into codes / hi / recs, the output of each.
@@ -250,41 +311,40 @@ __device__ __forceinline__ void load_batch(const Geo& g, const Tiles<R>& t, int 
 #pragma unroll
         for (int k = 0; k < C::kUnits; ++k) {
           const int unit = min(c * C::kUnits + k, g.units - 1);  // a padding unit: any record
-          bt.rec[r][u][k] = __ldg(t.rp[r] + static_cast<uint32_t>(div_magic(unit, g.gmagic)) * 8u);
+          bt.rec[r][u][k] = __ldg(t.rp[r] + static_cast<uint32_t>(group_of(g, unit)) * 8u);
         }
       }
   }
 }
 
-// Per lane and tile: the f32 sums of the finished runs (acc) and the exact s32 sums of the current
-// run (run), as MMA C fragments per n8 block: e = 0, 1 row g, columns 2t, 2t + 1; e = 2, 3 row g + 8.
+// Per lane and tile: the f32 sums of the finished group runs (acc) and of the current run (run),
+// as MMA C fragments per n8 block: c0, c1 row g, columns 2t, 2t + 1; c2, c3 row g + 8.
 template <int NB>
 struct Sums {
   float acc[NB][4];
-  int run[NB][4];
-  float scale[2], zero[2];  // the run's group records of rows g, g + 8
+  float run[NB][4];
+  uint32_t add[4];  // HFMA2 addends of A registers 0..3 (row g / g + 8, class) for the run's group
+  float scale[2];   // the run's scales of rows g, g + 8
 };
 
-// acc += (scale * s_p) * (run - zero * sum q_p), run = 0. st[nb]: the run's segment statistics of
-// columns 2t, 2t + 1 of n8 block nb: (s_p, sum q_p) of each.
 template <int NB>
-__device__ __forceinline__ void fold(Sums<NB>& s, const float4 (&st)[NB]) {
+__device__ __forceinline__ void fold(Sums<NB>& s) {  // acc += scale * run, run = 0
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float sx = e % 2 ? st[nb].z : st[nb].x, qs = e % 2 ? st[nb].w : st[nb].y;
-      const float d = fmaf(-s.zero[e / 2], qs, static_cast<float>(s.run[nb][e]));
-      s.acc[nb][e] = fmaf(s.scale[e / 2] * sx, d, s.acc[nb][e]);
-      s.run[nb][e] = 0;
+      s.acc[nb][e] = fmaf(s.scale[e / 2], s.run[nb][e], s.acc[nb][e]);
+      s.run[nb][e] = 0.f;
     }
 }
 
-__device__ __forceinline__ void start_run(float (&scale)[2], float (&zero)[2], uint2 rec) {
-  scale[0] = scale_of(rec.x);
-  scale[1] = scale_of(rec.y);
-  zero[0] = zero_of(rec.x);
-  zero[1] = zero_of(rec.y);
+template <int BITS, int NB>
+__device__ __forceinline__ void start_run(Sums<NB>& s, uint2 rec) {
+#pragma unroll
+  for (int reg = 0; reg < 4; ++reg)
+    s.add[reg] = class_addend<BITS>(reg & 1 ? rec.y : rec.x, L::class_of_reg(BITS, reg));
+  s.scale[0] = scale_of(rec.x);
+  s.scale[1] = scale_of(rec.y);
 }
 
 // The epilogue of x row i for row `row` of tile t: v[r] the finished sums of tile r.
@@ -305,108 +365,65 @@ __device__ __forceinline__ void finish(const Args& a, const Tiles<R>& t, int row
   }
 }
 
-// Four s32 in [-127, 127] as s8 bytes 0..3 of a word.
-__device__ __forceinline__ uint32_t pack_s8(const int (&q)[4]) {
-  const uint32_t lo = __byte_perm(static_cast<uint32_t>(q[0]), static_cast<uint32_t>(q[1]), 0x0040);
-  const uint32_t hi = __byte_perm(static_cast<uint32_t>(q[2]), static_cast<uint32_t>(q[3]), 0x0040);
-  return __byte_perm(lo, hi, 0x5410);
-}
-
-// Shared memory of a block (dynamic): the segment statistics, the staged x, then the x^2 sums.
-//   st  float2 [segments][SC]: (s_p, sum of q_p) of B column n (SC = 8 NB; columns >= SR zero)
-//   xs  uint2 [units][SR][4]: k32 block (unit) u of the range, B column n, quad t: (b0, b1)
-//   ss  float [segments][M]: the sum of x^2 of each x row over the segment's columns of the range
-// A range of n units touches at most n segments: every array is sized by the units.
-template <int M>
-struct Smem {
-  static constexpr int SR = 3 * M;
-  static constexpr int NB = (SR + 7) / 8;
-  static constexpr int SC = 8 * NB;
-  static size_t bytes(int units) { return static_cast<size_t>(units) * (SC * 8 + M * 4 + SR * 4 * 8); }
-};
-
-// Stages x[0..m)[col0 .. col0 + cols) (see the file comment): warp w takes (segment, x row) items
-// w, w + kWarps, ...; lane l the segment's columns 4l .. 4l + 3 (one B register of each piece).
-// The loads of kStage items are issued before any of them is quantized (each needs a warp-wide max).
+// Stages x[0..m)[col0 .. col0 + span) as B fragments into xs (see gemv_kernel): thread s of the
+// loop takes k16 blocks 2p, 2p + 1, x row i, quad t, loads its 8 values once (gathered by perm,
+// times the norm weight; zero past n_in) and writes them as hi to fragment row i and as lo to
+// fragment row M + i. Rows i in [m, M) get zeros.
 template <int M, bool PERM>
-__device__ __forceinline__ void stage_x(const Args& a, const int32_t* perm, int col0, int cols, int seg0,
-                                        int nseg, float2* st, float* ss, uint32_t* xs) {
-  using S = Smem<M>;
-  constexpr int kStage = M == 16 ? 8 : 4;  // M = 16 has 255 registers (min_blocks_of)
-  const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
-  const int n_in = a.g.n_in, F = a.g.useg * L::kUnitCols, items = nseg * M;
-  for (int it0 = warp; it0 < items; it0 += kWarps * kStage) {
-    float v[kStage][4], sq[kStage];  // x times the norm weight; x^2 summed
+__device__ __forceinline__ void stage_x(const Args& a, const int32_t* perm, int col0, int span, uint4* xs) {
+  const int n_in = a.g.n_in;
+  const int slots = span / 32 * M * 4;
+  for (int s = static_cast<int>(threadIdx.x); s < slots; s += kThreads) {
+    const int t = s & 3, i = (s >> 2) % M, p = (s >> 2) / M;
+    uint32_t hi[4] = {0, 0, 0, 0}, lo[4] = {0, 0, 0, 0};
+    if (i < a.m) {
+      const float* xr = a.x + static_cast<int64_t>(i) * n_in;
 #pragma unroll
-    for (int k = 0; k < kStage; ++k) {
-      const int it = it0 + k * kWarps, i = it % M, col = (seg0 + it / M) * F + 4 * lane;
-      sq[k] = 0.f;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) v[k][e] = 0.f;
-      // n_in is a multiple of 32: all four columns or none
-      if (it < items && 4 * lane < F && col >= col0 && col < col0 + cols && i < a.m && col < n_in) {
-        const float* xr = a.x + static_cast<int64_t>(i) * n_in;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int src = PERM ? __ldg(perm + col + e) : col + e;
-          v[k][e] = xr[src];
-          sq[k] = fmaf(v[k][e], v[k][e], sq[k]);
-          if (a.norm != nullptr) v[k][e] *= __ldg(a.norm + src);
+      for (int e = 0; e < 4; ++e) {  // block 2p + e / 2, register e % 2 (columns + 8): 2 columns
+        const int col = col0 + (2 * p + e / 2) * 16 + 2 * t + 8 * (e % 2);
+        float v[2] = {0.f, 0.f};
+        if (col < n_in) {  // n_in is even: both columns or neither
+          if (PERM) {
+            const int2 src = *reinterpret_cast<const int2*>(perm + col);
+            v[0] = xr[src.x];
+            v[1] = xr[src.y];
+            if (a.norm != nullptr) v[0] *= __ldg(a.norm + src.x), v[1] *= __ldg(a.norm + src.y);
+          } else {
+            const float2 x2 = *reinterpret_cast<const float2*>(xr + col);
+            v[0] = x2.x;
+            v[1] = x2.y;
+            if (a.norm != nullptr) {
+              const float2 g2 = __ldg(reinterpret_cast<const float2*>(a.norm + col));
+              v[0] *= g2.x;
+              v[1] *= g2.y;
+            }
+          }
         }
+        const __half2 h = __floats2half2_rn(v[0], v[1]);
+        const float2 hf = __half22float2(h);
+        const __half2 l = __floats2half2_rn(v[0] - hf.x, v[1] - hf.y);
+        hi[e] = *reinterpret_cast<const uint32_t*>(&h);
+        lo[e] = *reinterpret_cast<const uint32_t*>(&l);
       }
     }
-#pragma unroll
-    for (int k = 0; k < kStage; ++k) {
-      const int it = it0 + k * kWarps;
-      if (it >= items) break;  // warp-uniform
-      const int sr = it / M, i = it % M, col = (seg0 + sr) * F + 4 * lane;
-      const bool mine = 4 * lane < F && col >= col0 && col < col0 + cols;
-      float amax = fmaxf(fmaxf(fabsf(v[k][0]), fabsf(v[k][1])), fmaxf(fabsf(v[k][2]), fabsf(v[k][3])));
-      // max of non-negative floats = max of their bits: one warp-wide integer reduction
-      amax = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(amax)));
-      const float sqs = detail::warp_sum(sq[k]);
-      if (lane == 0) ss[sr * M + i] = sqs;
-      float s = amax * (1.f / 127.f), inv = amax > 0.f ? 127.f / amax : 0.f;
-#pragma unroll
-      for (int p = 0; p < 3; ++p) {
-        // |v * inv| <= 127 (1 + 2^-20) (|v| <= max, then |residual| <= s / 2 up to rounding), so the
-        // nearest integer is within [-127, 127]
-        int q[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          q[e] = __float2int_rn(v[k][e] * inv);
-          v[k][e] = fmaf(-static_cast<float>(q[e]), s, v[k][e]);  // what the next piece carries
-        }
-        const uint32_t word = pack_s8(q);
-        const int n = p * M + i;
-        if (mine) {
-          const int u = (col - col0) / L::kUnitCols, cc = col % L::kUnitCols;
-          xs[((u * S::SR + n) * 4 + cc % 16 / 4) * 2 + cc / 16] = word;
-        }
-        const int sum = __reduce_add_sync(0xffffffffu, __dp4a(static_cast<int>(word), 0x01010101, 0));
-        if (lane == 0) st[sr * S::SC + n] = make_float2(s, static_cast<float>(sum));
-        s *= 1.f / 254.f;
-        inv *= 254.f;
-      }
-    }
-  }
-  if constexpr (S::SC > S::SR) {  // the padding columns' statistics: zero
-    constexpr int P = S::SC - S::SR;
-    for (int k = static_cast<int>(threadIdx.x); k < nseg * P; k += kThreads)
-      st[k / P * S::SC + S::SR + k % P] = make_float2(0.f, 0.f);
+    xs[(p * 2 * M + i) * 4 + t] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    xs[(p * 2 * M + M + i) * 4 + t] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
   }
 }
 
+// Dynamic shared memory: the block's k-range of x as B fragments, uint4 [span / 32][2M][4]: for
+// k16 blocks 2p and 2p + 1, fragment row n (n < M: hi of x row n, else lo of x row n - M), quad t:
+// (b0b1, b2b3) of block 2p, then of block 2p + 1.
 // PERM: act-order (x gathered by the matrix's perm). R = 2: swiglu over two tiles per warp.
 template <int BITS, int M, int R, bool PERM>
 __global__ void __launch_bounds__(kThreads, min_blocks_of(M)) gemv_kernel(const Args a) {
   using C = Codec<BITS>;
-  using S = Smem<M>;
   constexpr int U = loads_of(BITS) / R;
-  constexpr int SR = S::SR, NB = S::NB, SC = S::SC;
-  extern __shared__ float4 smem[];
+  constexpr int SR = 2 * M;                 // B rows: hi of x rows 0..M-1, then lo
+  constexpr int NB = SR <= 8 ? 1 : SR / 8;  // n8 blocks
+  extern __shared__ uint4 xs[];
   __shared__ float part[kWarps][R][M][kRows];
-  __shared__ float ss_blk[M];  // the block's x^2 sum of each x row (folded norm)
+  __shared__ float ss_part[kWarps][M];
   __shared__ bool last;
   const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
   const int g = lane >> 2, tq = lane & 3;
@@ -417,54 +434,45 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M)) gemv_kernel(const 
   const Tiles<R> t = tiles_of<BITS, R>(a, item, warp, lane, has_tile);
   const int begin = ks * a.cpb, end = min(begin + a.cpb, a.g.chunks);  // the block's chunks
   const int span = a.cpb * C::kSpan, col0 = begin * C::kSpan;           // its staged columns
-  const int unit0 = begin * C::kUnits;
-  const int seg0 = div_magic(unit0, a.g.smagic);
-  const int nseg = div_magic(unit0 + a.cpb * C::kUnits - 1, a.g.smagic) - seg0 + 1;
-  float2* const st = reinterpret_cast<float2*>(smem);
-  uint32_t* const xs = reinterpret_cast<uint32_t*>(smem) + a.cpb * C::kUnits * SC * 2;
-  float* const ss_seg = reinterpret_cast<float*>(xs + a.cpb * C::kUnits * SR * 4 * 2);
 
-  // The first two batches are issued before x is staged; then, while one batch is multiplied, the
-  // next one loads into the buffer the other one is not using (nothing is copied between them).
-  Batch<BITS, R, U> cur, nxt;
+  Batch<BITS, R, U> cur;
   if (has_tile) load_batch<BITS, R, U>(a.g, t, begin, end, cur);
-  if (has_tile && begin + U < end) load_batch<BITS, R, U>(a.g, t, begin + U, end, nxt);
   detail::pdl_wait();  // x, y and the scratch belong to the previous kernel until here
 
-  stage_x<M, PERM>(a, t.perm, col0, span, seg0, nseg, st, ss_seg, xs);
-  __syncthreads();
-  // The block's x^2 sum of each row: its segments' sums in order (the same whatever m).
-  if (a.norm != nullptr && threadIdx.x < M) {
-    float ss = 0.f;
-    for (int sr = 0; sr < nseg; ++sr) ss += ss_seg[sr * M + threadIdx.x];
-    ss_blk[threadIdx.x] = ss;
+  stage_x<M, PERM>(a, t.perm, col0, span, xs);
+  // The sums of squares of x over the range: the same loop whatever m (1/rms independent of m).
+  if (a.norm != nullptr) {
+    const int hi_col = min(col0 + span, a.g.n_in);
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      if (i >= a.m) break;  // block-uniform
+      float ss = 0.f;
+      for (int col = col0 + static_cast<int>(threadIdx.x); col < hi_col; col += kThreads) {
+        const float val = a.x[static_cast<int64_t>(i) * a.g.n_in + (PERM ? __ldg(t.perm + col) : col)];
+        ss = fmaf(val, val, ss);
+      }
+      ss = detail::warp_sum(ss);
+      if (lane == 0) ss_part[warp][i] = ss;
+    }
   }
+  __syncthreads();
 
   Sums<NB> sum[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r)
+  for (int r = 0; r < R; ++r) {
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) sum[r].acc[nb][e] = 0.f, sum[r].run[nb][e] = 0;
-  int run_seg = -1;
-  // This lane's B-fragment rows n = 8 nb + g of the staged x: columns n >= SR read column n % SR
-  // instead (they only feed output columns never read), so the loads need no lane-dependent branch.
-  const uint2* xs_lane[NB];
+      for (int e = 0; e < 4; ++e) sum[r].acc[nb][e] = sum[r].run[nb][e] = 0.f;
+    sum[r].scale[0] = sum[r].scale[1] = 0.f;
 #pragma unroll
-  for (int nb = 0; nb < NB; ++nb) {
-    const int n = 8 * nb + g;
-    xs_lane[nb] = reinterpret_cast<const uint2*>(xs) + (n < SR ? n : n % SR) * 4 + tq;
+    for (int reg = 0; reg < 4; ++reg) sum[r].add[reg] = 0;
   }
-  // Folds every tile's run with the statistics of segment run_seg.
-  auto fold_all = [&]() {
-    float4 stv[NB];
-#pragma unroll
-    for (int nb = 0; nb < NB; ++nb)
-      stv[nb] = *reinterpret_cast<const float4*>(st + (run_seg - seg0) * SC + 8 * nb + 2 * tq);
-#pragma unroll
-    for (int r = 0; r < R; ++r) fold(sum[r], stv);
-  };
+  int run_group = -1;
+  // This lane's B-fragment row (n = 8 nb + g) of the staged x. With SR < 8 (M <= 2) the rows n >= SR
+  // of the n8 block read row n % SR instead of zeros: they only feed output columns n, never read,
+  // and the load needs no lane-dependent branch.
+  const uint4* const xs_lane = xs + (SR < 8 ? g % SR : g) * 4 + tq;
   // Multiplies batch bt, which holds chunks [b, b + U) of the range.
   auto multiply = [&](const Batch<BITS, R, U>& bt, int b) {
 #pragma unroll
@@ -476,54 +484,71 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M)) gemv_kernel(const 
         // A padding unit past n_in (the last chunk's second half) runs like any other: its codes
         // and its staged x are zero and its record is a real one (load_batch), so it adds zeros.
         const int unit = c * C::kUnits + k;
-        const int seg = div_magic(unit, a.g.smagic);
-        if (seg != run_seg) {  // warp-uniform
-          if (run_seg >= 0) fold_all();
+        const int grp = group_of(a.g, unit);
+        if (grp != run_group) {  // warp-uniform
 #pragma unroll
-          for (int r = 0; r < R; ++r) start_run(sum[r].scale, sum[r].zero, bt.rec[r][u][k]);
-          run_seg = seg;
+          for (int r = 0; r < R; ++r) {
+            fold(sum[r]);
+            start_run<BITS>(sum[r], bt.rec[r][u][k]);
+          }
+          run_group = grp;
         }
-        uint2 bf[NB];
-        const int off = (unit - unit0) * SR * 4;
+        // B fragments of the unit's two k16 blocks: one uint4 per n8 block.
+        uint4 bf[NB];
+        const uint4* xp = xs_lane + ((c - begin) * (C::kBlocks / 2) + k) * SR * 4;
 #pragma unroll
-        for (int nb = 0; nb < NB; ++nb) bf[nb] = xs_lane[nb][off];
+        for (int nb = 0; nb < NB; ++nb) bf[nb] = xp[nb * 8 * 4];
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-          uint32_t av[4];
-          regs_of<BITS>(bt.v[r][u], k, av);
+        for (int kb2 = 0; kb2 < 2; ++kb2) {
+          const int kb = 2 * k + kb2;
 #pragma unroll
-          for (int nb = 0; nb < NB; ++nb) mma(sum[r].run[nb], av, bf[nb]);
+          for (int r = 0; r < R; ++r) {
+            uint32_t av[4];
+#pragma unroll
+            for (int reg = 0; reg < 4; ++reg) av[reg] = pair_values<BITS>(bt.v[r][u], 4 * kb + reg, sum[r].add[reg]);
+#pragma unroll
+            for (int nb = 0; nb < NB; ++nb)
+              mma(sum[r].run[nb], av, kb2 ? bf[nb].z : bf[nb].x, kb2 ? bf[nb].w : bf[nb].y);
+          }
         }
       }
     }
   };
+  // Two batches per iteration, each loaded into the buffer the other one is not using: the batch
+  // in flight never has to be copied from one set of registers to the other.
+  Batch<BITS, R, U> nxt;
 #pragma unroll 1
   for (int b = begin; has_tile && b < end; b += 2 * U) {
+    if (b + U < end) load_batch<BITS, R, U>(a.g, t, b + U, end, nxt);
     multiply(cur, b);
-    if (b + 2 * U < end) load_batch<BITS, R, U>(a.g, t, b + 2 * U, end, cur);
     if (b + U >= end) break;
+    if (b + 2 * U < end) load_batch<BITS, R, U>(a.g, t, b + 2 * U, end, cur);
     multiply(nxt, b + U);
-    if (b + 3 * U < end) load_batch<BITS, R, U>(a.g, t, b + 3 * U, end, nxt);
   }
-  if (run_seg >= 0) fold_all();
+#pragma unroll
+  for (int r = 0; r < R; ++r) fold(sum[r]);
 
-  // Lane (g, t) holds columns n = 8 nb + 2t + {0, 1} of rows g, g + 8. y of x row i is the sum of
-  // columns i, M + i, 2M + i (pieces 0, 1, 2), added in that order: one pass per piece.
+  // Lane (g, t) holds columns n = 8 nb + 2t + {0, 1} of rows g, g + 8: y of x row i = column i (hi)
+  // + column i + M (lo). M <= 4: the lo columns sit in lane t ^ (M / 2) (M = 1: in the same lane).
 #pragma unroll
-  for (int p = 0; p < 3; ++p) {
+  for (int r = 0; r < R; ++r) {
 #pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int n = 8 * nb + 2 * tq + e % 2;
-          if (n / M == p && n < SR) {
-            float& dst = part[warp][r][n % M][g + 8 * (e / 2)];
-            dst = p == 0 ? sum[r].acc[nb][e] : dst + sum[r].acc[nb][e];
-          }
+    for (int e = 0; e < 4; ++e) {
+      const int row = g + 8 * (e / 2);
+      if constexpr (NB == 1) {
+        if constexpr (M == 1) {
+          if (tq == 0 && e % 2 == 0) part[warp][r][0][row] = sum[r].acc[0][e] + sum[r].acc[0][e + 1];
+        } else {
+          const float lo = __shfl_xor_sync(0xffffffffu, sum[r].acc[0][e], M / 2);
+          const int i = 2 * tq + e % 2;
+          if (i < M) part[warp][r][i][row] = sum[r].acc[0][e] + lo;
         }
-    __syncwarp();
+      } else {
+#pragma unroll
+        for (int nb = 0; nb < NB / 2; ++nb)
+          part[warp][r][nb * 8 + 2 * tq + e % 2][row] = sum[r].acc[nb][e] + sum[r].acc[nb + NB / 2][e];
+      }
+    }
   }
   __syncthreads();
   // One thread per (x row i, row of the item): o = i * kItemRows + warp * 16 + row. The block's x^2
@@ -533,7 +558,13 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M)) gemv_kernel(const 
   float* const partial = a.ks == 1 ? nullptr : a.partial + item * a.ks * (R * kMaxM * kItemRows);
   float* const ss_out = a.ks == 1 ? nullptr : a.partial + sums + item * a.ks * kMaxM;
   const bool has_norm = a.norm != nullptr;
-  auto block_ss = [&](int i) { return has_norm ? ss_blk[i] : 0.f; };
+  auto block_ss = [&](int i) {
+    float ss = 0.f;
+    if (has_norm)
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) ss += ss_part[w][i];
+    return ss;
+  };
   for (int o = static_cast<int>(threadIdx.x); o < a.m * kItemRows; o += kThreads) {
     const int i = o / kItemRows, w = o % kItemRows / kRows, row = o % kRows;
     float val[R];
@@ -611,25 +642,27 @@ __global__ void __launch_bounds__(256) dequant_kernel(const Mat mt, const Geo g,
     ch.lo = mt.codes[idx];
     if constexpr (C::kHi) ch.hi = mt.hi[idx];
 #pragma unroll
-    for (int kb = 0; kb < C::kUnits; ++kb) {
-      const int unit = c * C::kUnits + kb;
+    for (int k = 0; k < C::kUnits; ++k) {
+      const int unit = c * C::kUnits + k;
       if (unit >= g.units) continue;
-      const uint2 rec = mt.recs[(tile * g.groups + div_magic(unit, g.gmagic)) * 8 + lane / 4];
-      uint32_t av[4];
-      regs_of<BITS>(ch, kb, av);
+      const uint2 rec = mt.recs[(tile * g.groups + group_of(g, unit)) * 8 + lane / 4];
 #pragma unroll
-      for (int reg = 0; reg < 4; ++reg) {
-        const int64_t row = tile * kRows + L::row_of(lane, reg);
+      for (int q = 8 * k; q < 8 * k + 8; ++q) {  // the unit's two k16 blocks
+        const int reg = q % 4;
+        const uint32_t rr = reg & 1 ? rec.y : rec.x;
+        const float s = scale_of(rr);
+        const float2 w = h2_to_f2(pair_values<BITS>(ch, q, class_addend<BITS>(rr, L::class_of_reg(BITS, reg))));
+        const int64_t row = tile * kRows + L::row_of(lane, q);
         if (row >= mt.n_out) continue;
-        const uint32_t rr = reg % 2 ? rec.y : rec.x;
-        const float s = scale_of(rr), z = zero_of(rr);
+        const int col = c * C::kSpan + L::col_of(lane, q, 0);
+        // s * (c - zero) is exact in f32: one rounding to f16.
+        const __half lo = __float2half_rn(s * w.x), hi = __float2half_rn(s * w.y);
         __half* orow = out + row * g.n_in;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int col = unit * L::kUnitCols + L::col_of(lane, reg, i);
-          // s * (c - zero) is exact in f32: one rounding to f16.
-          const __half w = __float2half_rn(s * (static_cast<float>((av[reg] >> 8 * i) & 0xffu) - z));
-          orow[mt.perm == nullptr ? col : mt.perm[col]] = w;
+        if (mt.perm == nullptr) {
+          *reinterpret_cast<__half2*>(orow + col) = __halves2half2(lo, hi);
+        } else {
+          orow[mt.perm[col]] = lo;
+          orow[mt.perm[col + 1]] = hi;
         }
       }
     }
@@ -660,12 +693,8 @@ Status make_mat(const PackedWeight& w, const void* w_dev, const std::string& f, 
   geo.chunks = static_cast<int>(g.chunks);
   geo.groups = static_cast<int>(g.groups);
   geo.units = static_cast<int>(g.units);
-  auto magic = [](uint64_t d) { return d == 1 ? 0u : static_cast<uint32_t>(((uint64_t{1} << 32) + d - 1) / d); };
-  const int upg = w.fmt.group / L::kUnitCols;  // units per group
-  geo.useg = 4;  // the largest divisor of upg up to 4 units (128 columns)
-  while (upg % geo.useg != 0) --geo.useg;
-  geo.gmagic = magic(static_cast<uint64_t>(upg));
-  geo.smagic = magic(static_cast<uint64_t>(geo.useg));
+  const uint64_t bpg = static_cast<uint64_t>(w.fmt.group / 32);
+  geo.gmagic = bpg == 1 ? 0u : static_cast<uint32_t>(((uint64_t{1} << 32) + bpg - 1) / bpg);
   return Status::ok();
 }
 
@@ -697,8 +726,10 @@ template <int BITS, int M, int R, bool PERM>
 Status launch(const Args& a, Stream s) {
   static std::atomic<uint64_t> opted{0};
   auto* kernel = gemv_kernel<BITS, M, R, PERM>;
-  const size_t smem = Smem<M>::bytes(a.cpb * Codec<BITS>::kUnits);
+  // B fragments: span / 32 k16-block pairs x 2M rows x 4 quads x 16 bytes.
+  const size_t smem = static_cast<size_t>(a.cpb) * Codec<BITS>::kSpan / 32 * (2 * M) * 4 * 16;
   LITHE_TRY(detail::allow_smem(kernel, opted, smem, "gq gemv_kernel"));
+  // PDL by default (pdl_enabled): the first batch of weights loads while the previous kernel ends.
   detail::launch_with_pdl(detail::pdl_enabled(true), kernel, dim3(static_cast<unsigned>(a.items * a.ks)),
                           dim3(kThreads), smem, s, a);
   return detail::launched("gq gemv_kernel");

@@ -1,34 +1,40 @@
 // The GEMV layout (kLayoutGemv, kernels/cuda_gq.h) in one place: the packer (gq_gemv_pack.cpp)
 // writes it, the kernels (gq_gemv.cu) read it. Plain C++, usable in host and device code.
 //
-// The kernels multiply on integer tensor cores (mma.sync m16n8k32, u8 weights as the row-major A
-// operand, 16 rows x 32 columns; x quantized to s8 as B), so the codes are stored in A-fragment
-// order: a few bit operations turn a word of codes into the u8 registers the MMA reads.
+// The kernels multiply on tensor cores (mma.sync m16n8k16, weights as the row-major A operand,
+// 16 rows x 16 columns; x as B), so the codes are stored in A-fragment order: the dequantized
+// f16 pairs land in the very registers the MMA reads, with no shuffles.
 //
 // Tiles and chunks. Rows go in tiles of kTileRows = 16 (one MMA's rows). Lane l = 4g + t of a warp
 // holds rows g and g + 8 of the tile. A chunk is 16 bytes of codes of one lane: chunk_codes(bits)
 // codes (int4 32, int2/int3 64 (int3: the two low bits; an 8-byte "hi" chunk holds the third),
-// int8 16), which is kblocks(bits) = chunk_codes / 16 consecutive k32 blocks (16 codes of the lane
-// per block); the 32 lanes' chunk c covers the tile's 16 rows x chunk_span(bits) = 32 kblocks
+// int8 16), which is kblocks(bits) = chunk_codes / 8 consecutive k16 blocks (8 codes of the lane
+// per block); the 32 lanes' chunk c covers the tile's 16 rows x chunk_span(bits) = 16 kblocks
 // columns [c * span, (c + 1) * span). One warp load of chunk c reads 512 contiguous bytes.
 //   codes  [tiles][chunks][32] 16-byte chunks        (rows past n_out, columns past n_in: zero)
 //   hi     [tiles][chunks][32] 8-byte chunks         (int3 only)
-//   recs   [tiles][n_groups][8][2] u32: row g, row g + 8 of the tile; f16 scale | u16 zero << 16
+//   recs   [tiles][n_groups][8][2] u32: row g, row g + 8 of the tile; f16 scale | f16 -(1024 + zero) << 16
 //   perm   [n_in] i32                                (act-order only)
 // Sections start at multiples of 256 bytes; PackedWeight::section[0..3] = codes, hi, recs, perm.
 //
-// Registers. The A fragment of k32 block kb has four registers of four u8 codes each: reg = h + 2v
-// holds row g + 8h, columns 32 kb + 16 v + 4t + i (byte i). A unit of 32 columns (one k32 block)
-// never straddles a group (groups are multiples of 32 columns): one scale record per unit and row.
+// Pairs. A chunk holds 4 * kblocks f16 pairs q: pair q is A-fragment register reg = q % 4 of k16
+// block kb = q / 4: row g + 8 * (reg & 1), columns 16 kb + 2t + 8 (reg >> 1) + {0 (low half), 1}
+// (registers a0a1, a2a3, a4a5, a6a7 of the PTX fragment). Units of 32 columns (two k16 blocks)
+// never straddle a group (groups are multiples of 32 columns): one scale record per unit and row.
 //
-// Where the code of (kb, reg, byte i) sits in the lo chunk (words 0..3), and how a kernel gets the
-// register (masks keep every byte's code in its own byte):
-//   int8:      word reg, bit 8i                       reg = word
-//   int4:      word 2 kb + reg / 2, bit 8i + 4 (reg % 2)   (word >> 4 (reg % 2)) & 0x0f0f0f0f
-//   int2/int3: word kb, bit 8i + 2 reg                (word >> 2 reg) & 0x03030303
-// int3's third bit sits in hi word kb / 2 at bit (2 + 8i + s) mod 32, s = 4 (kb % 2) + reg: rotating
-// that word right by s puts it at bit 2 of byte i, (rot & 0x04040404) | the two low bits (the
-// eight values of s fill the 32 bits).
+// Inside a chunk. The kernels turn codes into f16 pairs with one LOP3 (int8: one PRMT) against the
+// magic 0x6400 (f16 1024, whose ulp is 1): (word & mask) | 0x64006400 is the pair
+// (1024 + c0 * 2^(b*j), 1024 + c1 * 2^(b*j)) when both codes sit at bit b*j of the two halves.
+// 32-bit word w = q / PPW of the chunk holds pairs p = q % PPW at "shift" s = p / J (the word, or
+// the word >> 8) and "class" j = p % J (bit b*j of each half):
+//   int2/int3: b = 2, J = 4, PPW = 8: low two bits of the code at bit 8s + 2j + 16h
+//   int4:      b = 4, J = 2, PPW = 4: the code at bit 8s + 4j + 16h
+//   int8:      J = 1, PPW = 2: byte p + 2h (PRMT picks bytes p and p + 2 beside 0x64 bytes)
+// So a word is one k16 block (int4), two (int2/int3) or half of one (int8), and the class of pair q
+// depends only on reg (int4: j = reg & 1, int2/int3: j = reg, int8: 0).
+// int3's third bit must land just above the two low bits (bit 2j + 2 of the half) after the
+// kernel rotates hi word w / 2 right by 8 * (w % 2) + s: it is stored at bit
+// (2j + 2 + 16h + 8 * (w % 2) + s) mod 32 of that word (the four rotations fill the 32 bits).
 #pragma once
 
 #include <cstdint>
@@ -38,31 +44,39 @@
 namespace lithe::cuda::gemv_layout {
 
 inline constexpr int kTileRows = 16;     // rows of a tile: one MMA's A rows
-inline constexpr int kUnitCols = 32;     // columns per scale record: one k32 block
+inline constexpr int kUnitCols = 32;     // columns per scale record
 inline constexpr int64_t kAlign = 256;   // section alignment in bytes
 inline constexpr int kMaxNIn = 1 << 21;  // keeps the kernels' unit -> group division exact
 
 constexpr int chunk_codes(int bits) { return bits == 8 ? 16 : bits == 4 ? 32 : 64; }  // per lane
-constexpr int kblocks(int bits) { return chunk_codes(bits) / 16; }                 // k32 blocks per chunk
-constexpr int chunk_span(int bits) { return 32 * kblocks(bits); }                  // columns per chunk
+constexpr int kblocks(int bits) { return chunk_codes(bits) / 8; }                  // k16 blocks per chunk
+constexpr int chunk_span(int bits) { return 16 * kblocks(bits); }                  // columns per chunk
+constexpr int pairs_per_word(int bits) { return chunk_codes(bits) / 8; }
+constexpr int classes(int bits) { return bits == 8 ? 1 : bits == 4 ? 2 : 4; }
+constexpr int class_bits(int bits) { return bits == 4 ? 4 : 2; }  // int2/int3/int4
+// The class of A register reg (every k16 block alike).
+constexpr int class_of_reg(int bits, int reg) { return bits == 8 ? 0 : reg % classes(bits); }
 
-// Register and byte of (row r of the tile, column c of a k32 block), and the lane holding it.
-constexpr int lane_at(int r, int c) { return 4 * (r % 8) + c % 16 / 4; }
-constexpr int reg_at(int r, int c) { return r / 8 + 2 * (c / 16); }
-constexpr int byte_at(int c) { return c % 4; }
-// The inverse: row of the tile and column of the k32 block of (lane, reg, byte i).
-constexpr int row_of(int lane, int reg) { return lane / 4 + 8 * (reg % 2); }
-constexpr int col_of(int lane, int reg, int i) { return 16 * (reg / 2) + 4 * (lane % 4) + i; }
-
-// Where (k32 block kb of the chunk, reg, byte i) keeps its code in the lo chunk: word and bit.
-constexpr int lo_word(int bits, int kb, int reg) { return bits == 8 ? reg : bits == 4 ? 2 * kb + reg / 2 : kb; }
-constexpr int lo_bit(int bits, int reg, int i) {
-  return 8 * i + (bits == 8 ? 0 : bits == 4 ? 4 * (reg % 2) : 2 * reg);
+// Where pair q, half h keeps its code in the lo chunk: word and bit (int8: bit of the byte).
+constexpr int lo_word(int bits, int q) { return q / pairs_per_word(bits); }
+constexpr int lo_bit(int bits, int q, int h) {
+  const int p = q % pairs_per_word(bits);
+  if (bits == 8) return 8 * (p + 2 * h);
+  const int s = p / classes(bits), j = p % classes(bits);
+  return 8 * s + class_bits(bits) * j + 16 * h;
 }
-// int3: the hi word (0 or 1 of the 8-byte hi chunk), its rotation and the bit of the third bit.
-constexpr int hi_word(int kb) { return kb / 2; }
-constexpr int hi_rot(int kb, int reg) { return 4 * (kb % 2) + reg; }
-constexpr int hi_bit(int kb, int reg, int i) { return (2 + 8 * i + hi_rot(kb, reg)) % 32; }
+// int3: the hi word (0 or 1 of the 8-byte hi chunk) and bit of pair q, half h.
+constexpr int hi_word(int q) { return lo_word(3, q) / 2; }
+constexpr int hi_rot(int q) { return 8 * (lo_word(3, q) % 2) + (q % 8) / 4; }
+constexpr int hi_bit(int q, int h) { return (2 * ((q % 8) % 4) + 2 + 16 * h + hi_rot(q)) % 32; }
+
+// Pair q, half h of lane l's chunk: the row of the tile and the column of the chunk's span.
+constexpr int row_of(int lane, int q) { return lane / 4 + 8 * (q % 4 % 2); }
+constexpr int col_of(int lane, int q, int h) { return 16 * (q / 4) + 2 * (lane % 4) + 8 * (q % 4 / 2) + h; }
+// The inverse: lane, pair and half of (row r of the tile, column c of the chunk's span).
+constexpr int lane_at(int r, int c) { return 4 * (r % 8) + c % 8 / 2; }
+constexpr int pair_at(int r, int c) { return 4 * (c / 16) + r / 8 + 2 * (c % 16 / 8); }
+constexpr int half_at(int c) { return c % 2; }
 
 inline int64_t align_up(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "kernels/cuda/gq_gemv_layout.h"
+#include "lithe/core/half.h"
 #include "lithe/kernels/cuda_gq.h"
 
 namespace lithe::cuda {
@@ -54,18 +55,18 @@ Result<PackedHost> pack_gemv(const gq::Matrix& m) {
     const uint8_t* codes = &m.codes[static_cast<size_t>(r * m.n_in)];
     for (int64_t col = 0; col < m.n_in; ++col) {
       const int64_t c = col / span;
-      const int kb = static_cast<int>(col % span) / L::kUnitCols, cb = static_cast<int>(col % L::kUnitCols);
-      const int lane = L::lane_at(rl, cb), reg = L::reg_at(rl, cb), i = L::byte_at(cb);
+      const int cs = static_cast<int>(col % span);
+      const int lane = L::lane_at(rl, cs), q = L::pair_at(rl, cs), h = L::half_at(cs);
       const int64_t slot = (tile * g.chunks + c) * 32 + lane;
       const uint32_t code = codes[col];
-      or_bits(base + g.codes + slot * 16 + 4 * L::lo_word(bits, kb, reg), bits == 3 ? code & 3u : code,
-              L::lo_bit(bits, reg, i));
-      if (bits == 3) or_bits(base + g.hi + slot * 8 + 4 * L::hi_word(kb), code >> 2, L::hi_bit(kb, reg, i));
+      or_bits(base + g.codes + slot * 16 + 4 * L::lo_word(bits, q), bits == 3 ? code & 3u : code, L::lo_bit(bits, q, h));
+      if (bits == 3) or_bits(base + g.hi + slot * 8 + 4 * L::hi_word(q), code >> 2, L::hi_bit(q, h));
     }
     const int64_t G = g.groups;
     for (int64_t k = 0; k < G; ++k) {  // record of row rl at [tile][k][rl % 8][rl / 8]
       const size_t gi = static_cast<size_t>(r * G + k);
-      const uint32_t rec = static_cast<uint32_t>(m.scales[gi]) | static_cast<uint32_t>(m.zeros[gi]) << 16;
+      const uint32_t zc = f32_to_f16(-(1024.0f + static_cast<float>(m.zeros[gi])));
+      const uint32_t rec = static_cast<uint32_t>(m.scales[gi]) | zc << 16;
       std::memcpy(base + g.recs + ((tile * G + k) * L::kTileRows + 2 * (rl % 8) + rl / 8) * 4, &rec, 4);
     }
   }

@@ -100,8 +100,6 @@ inline double copy_bandwidth(int reps, cudaStream_t s) {
   return 2.0 * static_cast<double>(bytes) / (t.median_us * 1e-6) / 1e9;
 }
 
-// What every benchmark program sets up: the stream, cuBLAS on it, the device, the repetitions per
-// row (20 with --quick, else 100) and the copy bandwidth.
 // The batch sizes of BENCH_M=1,8 (a comma-separated list), or `dflt` when it is unset; exits 2 on a
 // malformed list.
 inline std::vector<int> batches_from_env(std::vector<int> dflt) {
@@ -121,6 +119,8 @@ inline std::vector<int> batches_from_env(std::vector<int> dflt) {
   return out;
 }
 
+// What every benchmark program sets up: the stream, cuBLAS on it, the device, the repetitions per
+// row (20 with --quick, else 100) and the copy bandwidth.
 struct Bench {
   cudaStream_t s;
   cublasHandle_t blas;

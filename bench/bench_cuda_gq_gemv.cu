@@ -11,7 +11,9 @@
 // - GB/s counts the weight bytes (packed: codes, scale records, perm), x and y are not counted.
 //   "of copy" is that rate over the copy bandwidth. "x f16" columns: the f16 time over the GEMV's.
 // - cuBLAS: cublasGemmEx, W f16 [n_out][n_in] (transposed), x converted to f16, f32 output and
-//   compute. "rel diff" = max |gemv - cuBLAS| / max |cuBLAS| (x rounded to f16 for cuBLAS: ~1e-3).
+//   compute. "rel diff gemv" / "rel diff cuBLAS" = max |y - ref| / max |ref| against the scalar
+//   reference (gq::reference_linear, double sums) on copy 0 (cuBLAS rounds x to f16: ~1e-3); a row
+//   over kMaxRelDiff is marked WRONG and the program exits 1.
 // - A second table times one Llama-2-7B decode layer's projections as the engine launches them:
 //   q/k/v in one launch with the RMSNorm folded in, o accumulating into the residual, gate/up with
 //   the norm and the SwiGLU epilogue, down accumulating; against lithe's f16 matvec doing the same
@@ -40,6 +42,9 @@ constexpr const char* kBenchName = "bench_cuda_gq_gemv";
 #include "cuda_bench_util.cuh"
 
 namespace {
+
+// A sanity bound, far above rounding (f16 x: ~1e-3) and far below a wrong result (~1).
+constexpr double kMaxRelDiff = 1e-2;
 
 using namespace lithe;
 using namespace bench;
@@ -82,13 +87,25 @@ void* zeroed(int64_t bytes) {
 }
 
 // n values uniform in [-1, 1) (an LCG from `seed`) into device memory x.
-void upload_uniform(float* x, int64_t n, uint32_t seed) {
+// Uniform values in [-1, 1) to x on the device; returns them.
+std::vector<float> upload_uniform(float* x, int64_t n, uint32_t seed) {
   std::vector<float> hx(static_cast<size_t>(n));
   for (float& v : hx) {
     seed = seed * 1664525u + 1013904223u;
     v = static_cast<float>(seed >> 8) * (2.f / 16777216.f) - 1.f;
   }
   CK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
+  return hx;
+}
+
+// max |got[k] - want[k]| / max |want[k]| over the first n values.
+double rel_diff(const float* got, const float* want, size_t n) {
+  double diff = 0, mag = 0;
+  for (size_t k = 0; k < n; ++k) {
+    diff = std::max(diff, std::fabs(static_cast<double>(got[k]) - want[k]));
+    mag = std::max(mag, std::fabs(static_cast<double>(want[k])));
+  }
+  return mag > 0 ? diff / mag : diff;
 }
 
 std::string fmt2(double v) {
@@ -103,7 +120,8 @@ struct Format {
   int64_t group;  // 0: per channel
 };
 
-void bench_matrix(Bench& c, int64_t n_in, int64_t n_out, const Format& fm, const std::vector<int>& ms,
+// Prints the matrix's rows; returns how many of them are over kMaxRelDiff.
+int bench_matrix(Bench& c, int64_t n_in, int64_t n_out, const Format& fm, const std::vector<int>& ms,
                   std::vector<std::string>& dequant_rows) {
   QuantFormat f;
   f.bits = fm.bits;
@@ -139,12 +157,15 @@ void bench_matrix(Bench& c, int64_t n_in, int64_t n_out, const Format& fm, const
   CK(cudaMalloc(&xh, static_cast<size_t>(mmax * n_in) * 2));
   CK(cudaMalloc(&y, static_cast<size_t>(mmax * n_out) * 4));
   CK(cudaMalloc(&yb, static_cast<size_t>(mmax * n_out) * 4));
-  upload_uniform(x, mmax * n_in, 99);
+  const std::vector<float> hx = upload_uniform(x, mmax * n_in, 99);
+  std::vector<float> ref(static_cast<size_t>(mmax * n_out));  // the scalar reference (double sums)
+  gq::reference_linear(mat, hx.data(), mmax, ref.data());
   to_half_kernel<<<256, 256, 0, c.s>>>(x, xh, mmax * n_in);
   CK(cudaGetLastError());
   const cuda::GemvOut go{&ph.desc, pw.p[0], y};
   const int64_t sbytes = cuda::gemv_scratch_bytes(&go, 1, cuda::Epilogue::store);
   void* scr = zeroed(sbytes);
+  int wrong = 0;
   for (int m : ms) {
     const double gemv = time_us(
         [&](int i) { CK(cuda::gemv_linear(ph.desc, pw.p[i % pw.p.size()], x, m, y, false, scr, sbytes, c.s)); },
@@ -167,24 +188,22 @@ void bench_matrix(Bench& c, int64_t n_in, int64_t n_out, const Format& fm, const
                       CUBLAS_GEMM_DEFAULT));
     };
     const double blas = time_us(gemm, c.reps, c.s);
-    // Sanity: the GEMV against cuBLAS on copy 0.
+    // Sanity: the GEMV and cuBLAS on copy 0 against the scalar reference.
     CK(cuda::gemv_linear(ph.desc, pw.p[0], x, m, y, false, scr, sbytes, c.s));
     gemm(0);
     CK(cudaStreamSynchronize(c.s));
     std::vector<float> a(static_cast<size_t>(m * n_out)), b(a.size());
     CK(cudaMemcpy(a.data(), y, a.size() * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(b.data(), yb, b.size() * 4, cudaMemcpyDeviceToHost));
-    double diff = 0, mag = 0;
-    for (size_t k = 0; k < a.size(); ++k) {
-      diff = std::max(diff, static_cast<double>(std::fabs(a[k] - b[k])));
-      mag = std::max(mag, static_cast<double>(std::fabs(b[k])));
-    }
+    const double d_gemv = rel_diff(a.data(), ref.data(), a.size()), d_blas = rel_diff(b.data(), ref.data(), b.size());
+    const bool ok = d_gemv <= kMaxRelDiff && d_blas <= kMaxRelDiff;
+    wrong += ok ? 0 : 1;
     const double gbs = static_cast<double>(pbytes) / (gemv * 1e-6) / 1e9;
     const std::string mv_us = has_mv ? fmt2(mv) : "-", mv_x = has_mv ? fmt2(mv / gemv) + "x" : "-";
-    std::printf("| %lld x %lld | %s | %d | %.1f | %.2f | %.0f | %.1f%% | %s | %.2f | %s | %.2fx | %.1e |\n",
+    std::printf("| %lld x %lld | %s | %d | %.1f | %.2f | %.0f | %.1f%% | %s | %.2f | %s | %.2fx | %.1e | %.1e%s |\n",
                 static_cast<long long>(n_in), static_cast<long long>(n_out), fm.name, m,
                 static_cast<double>(pbytes) / 1e6, gemv, gbs, 100 * gbs / c.copy_gbs, mv_us.c_str(), blas, mv_x.c_str(),
-                blas / gemv, mag > 0 ? diff / mag : diff);
+                blas / gemv, d_gemv, d_blas, ok ? "" : " WRONG");
     std::fflush(stdout);
   }
   CK(cudaFree(x));
@@ -192,6 +211,7 @@ void bench_matrix(Bench& c, int64_t n_in, int64_t n_out, const Format& fm, const
   CK(cudaFree(y));
   CK(cudaFree(yb));
   CK(cudaFree(scr));
+  return wrong;
 }
 
 // One decode layer's projections (Llama-2-7B: d 4096, ff 11008), gq and f16, for each m of ms.
@@ -301,12 +321,13 @@ int main(int argc, char** argv) {
   const int64_t shapes[][2] = {{4096, 4096}, {4096, 11008}, {11008, 4096}};  // n_in x n_out
   const std::vector<int> ms = batches_from_env(quick ? std::vector<int>{1, 8, 16} : std::vector<int>{1, 2, 4, 8, 16});
   std::vector<std::string> dequant_rows;
+  int wrong_rows = 0;
   std::printf(
       "| n_in x n_out | format | m | packed MB | gemv us | GB/s | of copy | f16 matvec us | cuBLAS f16 us | x matvec | "
-      "x cuBLAS | rel diff |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "x cuBLAS | rel diff gemv | rel diff cuBLAS |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& sh : shapes)
-    for (const Format& fm : formats) bench_matrix(c, sh[0], sh[1], fm, ms, dequant_rows);
+    for (const Format& fm : formats) wrong_rows += bench_matrix(c, sh[0], sh[1], fm, ms, dequant_rows);
 
   std::printf("\nOne Llama-2-7B decode layer's projections (4 launches: qkv + norm, o + residual, gate/up + "
               "norm + swiglu, down + residual):\n\n");
@@ -319,5 +340,6 @@ int main(int argc, char** argv) {
   for (const std::string& r : dequant_rows) std::printf("%s\n", r.c_str());
   CK(cublasDestroy(c.blas));
   CK(cudaStreamDestroy(c.s));
-  return 0;
+  if (wrong_rows > 0) std::fprintf(stderr, "%d rows differ from the reference by more than %.0e\n", wrong_rows, kMaxRelDiff);
+  return wrong_rows > 0 ? 1 : 0;
 }

@@ -396,29 +396,41 @@ TEST_F(CudaGqGemv, FusedMatricesEpiloguesAndNorm) {
 
 // Row i of y does not depend on m (the k-split depends on the shape only) and repeated launches
 // give the same bits (the partial sums are added in a fixed order, whatever order blocks finish).
+// 4096 x 4096 splits k in 8: at m <= 4 blocks add the slices themselves, at m = 8, 16 the last
+// block of each item does (gemv_kernel), in the same order; with a folded norm too.
 TEST_F(CudaGqGemv, RowsDoNotDependOnM) {
-  for (int bits : {4, 3}) {
-    const gq::Matrix mat = gq::random_matrix(fmt(bits, 128, false), 256, 4096, 21, false);
-    SCOPED_TRACE(describe(mat));
+  struct Case {
+    int bits;
+    int64_t n_out;
+    bool norm;
+  };
+  for (const Case& cs : {Case{4, 256, false}, Case{3, 256, false}, Case{4, 4096, false}, Case{4, 4096, true}}) {
+    const gq::Matrix mat = gq::random_matrix(fmt(cs.bits, 128, false), cs.n_out, 4096, 21, false);
+    SCOPED_TRACE(describe(mat) + (cs.norm ? " + norm" : ""));
     const DevMatrix w = upload(mat);
     ASSERT_TRUE(w.dev != nullptr);
     std::mt19937 rng(9);
     const std::vector<float> x = cuda_test::randn(static_cast<size_t>(16 * mat.n_in), rng);
-    DevMem dx(x.size() * 4), dy(static_cast<size_t>(16 * mat.n_out) * 4);
+    std::vector<float> nw = cuda_test::randn(static_cast<size_t>(mat.n_in), rng);
+    DevMem dx(x.size() * 4), dy(static_cast<size_t>(16 * mat.n_out) * 4), dn(nw.size() * 4);
     h2d(dx, x.data(), x.size() * 4);
+    h2d(dn, nw.data(), nw.size() * 4);
     const cuda::GemvOut out{&w.host.desc, w.dev->p, dy.as<float>()};
     const Scratch sc(&out, 1, cuda::Epilogue::store);
     ASSERT_GT(sc.bytes, 0) << "the shape should split k";
+    cuda::MatvecNorm mn;
+    if (cs.norm) mn = {dn.as<float>(), 1e-5f};
     auto run = [&](int64_t m) {
       std::vector<float> y(static_cast<size_t>(m * mat.n_out));
-      EXPECT_TRUE(cuda::gemv(&out, 1, dx.as<float>(), m, cuda::Epilogue::store, sc.mem.p, sc.bytes, stream_).is_ok());
+      EXPECT_TRUE(
+          cuda::gemv(&out, 1, dx.as<float>(), m, cuda::Epilogue::store, sc.mem.p, sc.bytes, stream_, mn).is_ok());
       EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
       d2h(y.data(), dy, y.size() * 4);
       return y;
     };
     const std::vector<float> full = run(16);
     cuda_test::expect_bits(run(16), full, "a second launch");
-    for (int64_t m : {1, 2, 3, 5, 7, 8, 9, 12}) {
+    for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 9, 12}) {
       const std::vector<float> part = run(m);
       cuda_test::expect_bits(part, std::vector<float>(full.begin(), full.begin() + static_cast<ptrdiff_t>(part.size())),
                              "m = " + std::to_string(m));

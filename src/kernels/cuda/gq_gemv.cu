@@ -74,8 +74,9 @@ static_assert(kMaxM == kGemvMaxRows, "scratch is laid out for kGemvMaxRows rows 
 constexpr int loads_of(int bits) { return bits == 2 || bits == 3 ? 2 : 4; }
 
 // Occupancy asked of ptxas, in blocks of 256 threads per SM (2: <= 128 registers, 1: <= 255). The
-// kernels need 89-128 registers, M = 16 up to 207 (ptxas -v, sm_90a, 2026-11-22; <4, 8, 2> spills 24 bytes).
-constexpr int min_blocks_of(int m) { return m == 16 ? 1 : 2; }
+// kernels need 89-128 registers; M = 16 fits 128 with a 24-28 byte spill (ptxas -v, sm_90a,
+// 2026-11-22), except swiglu (R = 2), which would spill 200-500 bytes and takes up to 207.
+constexpr int min_blocks_of(int m, int r) { return m == 16 && r == 2 ? 1 : 2; }
 constexpr int kBlocksPerSm = 2;  // resident blocks per SM: the k-split fills one wave of them
 // Columns a block stages at most (bounds the staged x: M = 16 takes 2 KiB per 32 columns).
 constexpr int kMaxStagedCols = 2048;
@@ -416,7 +417,7 @@ __device__ __forceinline__ void stage_x(const Args& a, const int32_t* perm, int 
 // (b0b1, b2b3) of block 2p, then of block 2p + 1.
 // PERM: act-order (x gathered by the matrix's perm). R = 2: swiglu over two tiles per warp.
 template <int BITS, int M, int R, bool PERM>
-__global__ void __launch_bounds__(kThreads, min_blocks_of(M)) gemv_kernel(const Args a) {
+__global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(const Args a) {
   using C = Codec<BITS>;
   constexpr int U = loads_of(BITS) / R;
   constexpr int SR = 2 * M;                 // B rows: hi of x rows 0..M-1, then lo

@@ -553,7 +553,8 @@ TEST_F(CudaGqGemv, UnsupportedShapesAndArgumentErrorsNameTheValue) {
     const cuda::GemvOut two[2] = {ob, {&d, w.dev->p, y.as<float>() + 64}};
     expect_err(cuda::gemv(two, 2, xb.as<float>(), 1, cuda::Epilogue::store, nullptr, 0, stream_), "differ");
     expect_err(cuda::gemv(two, 1, xb.as<float>(), 1, cuda::Epilogue::swiglu, nullptr, 0, stream_), "swiglu");
-    expect_err(cuda::gemv(two, 2, xb.as<float>(), 1, cuda::Epilogue::rope_kv, nullptr, 0, stream_), "epilogue");
+    expect_err(cuda::gemv(two, 2, xb.as<float>(), 1, cuda::Epilogue::rope_kv, nullptr, 0, stream_),
+               "rope_kv needs exactly 3 matrices");
   }
   ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);

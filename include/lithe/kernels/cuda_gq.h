@@ -61,16 +61,19 @@ struct GemvOut {
   const void* w_dev = nullptr;
   float* y = nullptr;
 };
+// Rows of a GEMV work item: the rope_kv epilogue needs head_dim to divide it (a pair's rows meet).
+inline constexpr int64_t kGemvItemRows = 128;
 // Up to 3 GEMV-layout matrices of one format and n_in sharing x [m][n_in] (m <= kGemvMaxRows), in
-// one launch, with the matvec epilogues (cuda_ops.h) store, accumulate or swiglu (gate, up: equal
-// n_out, no act-order; y_1 unused) and optionally an RMSNorm of x folded in (norm.w: f32 [n_in]).
+// one launch, with the matvec epilogues (cuda_ops.h) store, accumulate, swiglu (gate, up: equal
+// n_out, no act-order; y_1 unused) or rope_kv (q, k, v and `rope`, as matvec's; head_dim dividing
+// kGemvItemRows) and optionally an RMSNorm of x folded in (norm.w: f32 [n_in]).
 // The k dimension is split over several blocks per 16-row tile, whose partial sums meet in
 // `scratch` (gemv_scratch_bytes; zeroed once by the caller, left all zero by every launch, so one
 // buffer serves launches of every shape): how many depends only on
 // the shapes and the device, never on m, so row i of y is the same bits whatever m is.
 int64_t gemv_scratch_bytes(const GemvOut* outs, int n_outs, Epilogue e);
 Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue e, void* scratch,
-            int64_t scratch_bytes, Stream s, const MatvecNorm& norm = {});
+            int64_t scratch_bytes, Stream s, const MatvecNorm& norm = {}, const MatvecRope* rope = nullptr);
 // One matrix, store or accumulate.
 Status gemv_linear(const PackedWeight& w, const void* w_dev, const float* x, int64_t m, float* y, bool accumulate,
                    void* scratch, int64_t scratch_bytes, Stream s);

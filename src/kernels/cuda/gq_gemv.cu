@@ -26,7 +26,8 @@
 //   last block of the item to arrive (a counter, reset by that block) adds the KS partials in ks
 //   order (deterministic), zeroes them (one scratch serves launches of every shape: it must be all
 //   zero between launches) and applies the epilogue: store / accumulate / swiglu, times 1/rms
-//   under a folded norm.
+//   under a folded norm. rope_kv (q, k, v): the item's finished rows go to shared memory first, then
+//   pair by pair through the rotation into y and the KV cache (rope.cuh, as the matvec kernel).
 //
 // Arithmetic (per k16 block and tile, per lane: 8 codes, one 32-bit word for int4)
 // - (word & mask) | 0x64006400 (one LOP3; int8: one PRMT) makes an f16 pair 1024 + c * 2^(b*j);
@@ -49,6 +50,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gq_gemv_layout.h"
+#include "kernels/cuda/rope.cuh"
 #include "lithe/kernels/cuda_gq.h"
 
 namespace lithe::cuda {
@@ -66,6 +68,7 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kMaxM = 16;
 constexpr int kRows = L::kTileRows;
 constexpr int kItemRows = kWarps * kRows;  // rows of an item (a block's tiles)
+static_assert(kItemRows == kGemvItemRows, "cuda_gq.h names the item's rows");
 static_assert(kRows == 16, "one MMA's rows per tile");
 static_assert(kMaxM == kGemvMaxRows, "scratch is laid out for kGemvMaxRows rows of x");
 // Chunk loads per lane per batch (U = loads / R chunks of each tile): 2 KiB per warp (int2/int3:
@@ -109,6 +112,7 @@ struct Args {
   float eps;
   int m;
   Epilogue epi;
+  MatvecRope rope;     // rope_kv only
   float* partial;      // ks > 1: [items][ks][R][kMaxM][kItemRows] partial sums, then [items][ks][kMaxM] x^2 sums
   unsigned* counters;  // ks > 1: [items] blocks arrived
 };
@@ -366,6 +370,24 @@ __device__ __forceinline__ void finish(const Args& a, const Tiles<R>& t, int row
   }
 }
 
+// rope_kv (R = 1): the item's finished rows fin[w][0][i][row] (row w * 16 + row of the item) for x
+// rows i < m, rotated and stored pair by pair (detail::rope_rows: a head's pairs stay inside the
+// item, head_dim dividing kItemRows).
+template <int M>
+__device__ __forceinline__ void rope_kv_item(const Args& a, int64_t item, const float (&fin)[kWarps][1][M][kRows]) {
+  const int j = mat_index(a, item);
+  const Mat mt = mat_of(a, j);
+  const int64_t base = (item - mt.item0) * kItemRows;
+  for (int o = static_cast<int>(threadIdx.x); o < a.m * (kItemRows / 2); o += kThreads) {
+    const int i = o / (kItemRows / 2), f = 2 * (o % (kItemRows / 2));
+    if (base + f >= mt.n_out) continue;
+    const detail::RopeRows p = detail::rope_rows(a.rope, j, base + f);
+    const int ra = static_cast<int>(p.ra - base), rb = static_cast<int>(p.rb - base);
+    detail::rope_kv_pair_out(a.rope, j, p, i, mt.y, mt.n_out, fin[ra / kRows][0][i][ra % kRows],
+                             fin[rb / kRows][0][i][rb % kRows]);
+  }
+}
+
 // Stages x[0..m)[col0 .. col0 + span) as B fragments into xs (see gemv_kernel): thread s of the
 // loop takes k16 blocks 2p, 2p + 1, x row i, quad t, loads its 8 values once (gathered by perm,
 // times the norm weight; zero past n_in) and writes them as hi to fragment row i and as lo to
@@ -571,7 +593,10 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
     float val[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) val[r] = part[w][r][i][row];
-    if (a.ks == 1) {
+    if (a.ks == 1 && R == 1 && a.epi == Epilogue::rope_kv) {  // rows pair up below
+      if (a.norm != nullptr) val[0] *= inv_rms_of(block_ss(i), a.g.n_in, a.eps);
+      part[w][0][i][row] = val[0];
+    } else if (a.ks == 1) {
       bool valid;
       const Tiles<R> tw = tiles_of<BITS, R>(a, item, w, 0, valid);
       if (valid) finish<R>(a, tw, row, i, val, block_ss(i));
@@ -581,7 +606,14 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
       if (o % kItemRows == 0) __stcg(ss_out + ks * kMaxM + i, block_ss(i));
     }
   }
-  if (a.ks == 1) return;
+  if (a.ks == 1) {
+    if constexpr (R == 1)
+      if (a.epi == Epilogue::rope_kv) {
+        __syncthreads();
+        rope_kv_item<M>(a, item, part);
+      }
+    return;
+  }
 
   // The last block of the item to arrive adds the KS partial sums in ks order.
   __threadfence();
@@ -622,11 +654,18 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
     for (int k = 0; k < a.ks; ++k)
 #pragma unroll
       for (int r = 0; r < R; ++r) __stcg(partial + (k * R + r) * (kMaxM * kItemRows) + o, 0.f);
+    if (R == 1 && a.epi == Epilogue::rope_kv) {  // rows pair up below (part is free: read above)
+      if (a.norm != nullptr) val[0] *= inv_rms_of(ss, a.g.n_in, a.eps);
+      part[w][0][i][row] = val[0];
+      continue;
+    }
     bool valid;
     const Tiles<R> tw = tiles_of<BITS, R>(a, item, w, 0, valid);
     if (valid) finish<R>(a, tw, row, i, val, ss);
   }
   __syncthreads();  // every thread has read the x^2 sums before they are zeroed
+  if constexpr (R == 1)
+    if (a.epi == Epilogue::rope_kv) rope_kv_item<M>(a, item, part);
   for (int o = static_cast<int>(threadIdx.x); o < a.ks * a.m; o += kThreads)
     __stcg(ss_out + (o / a.m) * kMaxM + o % a.m, 0.f);
 }
@@ -788,13 +827,16 @@ int64_t gemv_scratch_bytes(const GemvOut* outs, int n_outs, Epilogue e) {
 }
 
 Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue e, void* scratch,
-            int64_t scratch_bytes, Stream s, const MatvecNorm& norm) {
+            int64_t scratch_bytes, Stream s, const MatvecNorm& norm, const MatvecRope* rope) {
   using detail::bad_arg;
   std::string f = "gemv: ";
   if (outs == nullptr || n_outs < 1 || n_outs > 3)
     return bad_arg(f + "n_outs = " + std::to_string(n_outs) + " is not in 1..3 (or outs is null)");
-  if (e != Epilogue::store && e != Epilogue::accumulate && e != Epilogue::swiglu)
-    return bad_arg(f + "epilogue " + std::to_string(static_cast<int>(e)) + " is not store, accumulate or swiglu");
+  if (e != Epilogue::store && e != Epilogue::accumulate && e != Epilogue::swiglu && e != Epilogue::rope_kv)
+    return bad_arg(f + "epilogue " + std::to_string(static_cast<int>(e)) +
+                   " is not store, accumulate, swiglu or rope_kv");
+  if (e == Epilogue::rope_kv && n_outs != 3)
+    return bad_arg(f + "rope_kv needs exactly 3 matrices (q, k, v), got n_outs = " + std::to_string(n_outs));
   if (e == Epilogue::swiglu && n_outs != 2)
     return bad_arg(f + "swiglu needs exactly 2 matrices (gate, up), got n_outs = " + std::to_string(n_outs));
   Args a{};
@@ -826,6 +868,13 @@ Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue
     return bad_arg(f + "norm.eps = " + std::to_string(norm.eps) + " must be >= 0");
   if (norm.w != nullptr && !aligned(norm.w, 8))
     return bad_arg(f + "norm.w = " + ptr_str(norm.w) + " is not 8-byte aligned");
+  if (e == Epilogue::rope_kv) {
+    LITHE_TRY(detail::check_rope(f + "rope_kv: ", outs[0].w->n_out, outs[1].w->n_out, outs[2].w->n_out, rope));
+    if (kItemRows % rope->head_dim != 0)
+      return bad_arg(f + "rope_kv: head_dim " + std::to_string(rope->head_dim) + " does not divide the " +
+                     std::to_string(kItemRows) + " rows of a GEMV item");
+    a.rope = *rope;
+  }
   const int n_y = e == Epilogue::swiglu ? 1 : n_outs;
   for (int j = 0; j < n_y; ++j) {
     float* y = outs[j].y;

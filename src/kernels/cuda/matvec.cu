@@ -143,13 +143,12 @@ struct Slot {
   int64_t row;
   bool valid;
 };
-// rope_kv: flat pair p (rows 2p, 2p + 1 of the flat index space, matrix j) -> the two rows of
-// matrix j it covers: for q and k the elements rotary pair k of a head turns (rope_pair; past
-// rot_dim two neighbours, unrotated: k = -1), for v two neighbours. Pairs past the end are clamped
-// onto the last one (valid = false).
+// rope_kv: flat pair p (rows 2p, 2p + 1 of the flat index space) -> matrix j and the two rows of
+// it the pair covers (detail::rope_rows). Pairs past the end are clamped onto the last one (valid =
+// false).
 struct RopePair {
-  int j, k;
-  int64_t ra, rb;
+  int j;
+  detail::RopeRows rows;
   bool valid;
 };
 __device__ __forceinline__ RopePair rope_pair_of(const Args& a, int64_t p) {
@@ -159,19 +158,7 @@ __device__ __forceinline__ RopePair rope_pair_of(const Args& a, int64_t p) {
   const int64_t f = 2 * (r.valid ? p : pairs - 1);
   r.j = (f >= a.start1) + (f >= a.start2);
   const int64_t local = f - (r.j == 0 ? 0 : r.j == 1 ? a.start1 : a.start2);
-  r.k = -1;
-  r.ra = local;
-  r.rb = local + 1;
-  if (r.j == 2) return r;
-  const int hd = static_cast<int>(a.rope.head_dim), half = static_cast<int>(a.rope.rot_dim / 2);
-  const int64_t base = local - local % hd;
-  const int k = static_cast<int>(local % hd) / 2;  // pair k of the head
-  if (k < half) {
-    const int2 e = detail::rope_pair(k, half, a.rope.mode == RopeMode::interleaved);
-    r.k = k;
-    r.ra = base + e.x;
-    r.rb = base + e.y;
-  }
+  r.rows = detail::rope_rows(a.rope, r.j, local);
   return r;
 }
 
@@ -183,7 +170,7 @@ __device__ __forceinline__ Slot slot_of(const Args& a, int64_t g, int s) {
     const RopePair p = rope_pair_of(a, g * H + s % H);
     sl.valid = p.valid;
     sl.j = p.j;
-    sl.row = s < H ? p.ra : p.rb;
+    sl.row = s < H ? p.rows.ra : p.rows.rb;
   } else if (a.epi == Epilogue::swiglu) {
     constexpr int H = R / 2;
     const int64_t f = g * H + s % H;
@@ -329,34 +316,11 @@ __device__ __forceinline__ void reduce_scatter(float (&s)[N], int lane) {
   }
 }
 
-__device__ __forceinline__ void store_kv(void* cache, KvType kv, int64_t i, float v) {
-  if (kv == KvType::f16)
-    static_cast<__half*>(cache)[i] = __float2half_rn(v);
-  else
-    static_cast<float*>(cache)[i] = v;
-}
-
-// The rope_kv epilogue of pair p for x row i: va, vb are rows p.ra, p.rb of the product.
+// The rope_kv epilogue of pair p for x row i: va, vb are rows p.rows.ra, p.rows.rb of the product.
 __device__ __forceinline__ void rope_kv_out(const Args& a, const RopePair& p, int i, float va, float vb) {
-  const MatvecRope& r = a.rope;
-  const int32_t pos = r.pos[i];
-  if (p.k >= 0) {  // the angle as detail::rope_table computes it
-    double sn, cs;
-    sincos(static_cast<double>(pos) * static_cast<double>(r.inv_freq[p.k]), &sn, &cs);
-    const float2 o = detail::rope_rotate(va, vb, static_cast<float>(cs), static_cast<float>(sn));
-    va = o.x;
-    vb = o.y;
-  }
   float* y = p.j == 0 ? a.y0 : p.j == 1 ? a.y1 : a.y2;
   const int64_t n = p.j == 0 ? a.n0 : p.j == 1 ? a.n1 : a.n2;
-  y[i * n + p.ra] = va;
-  y[i * n + p.rb] = vb;
-  if (p.j == 0) return;
-  const int64_t slot = r.slots[i], row = r.pages.row(slot);
-  void* cache = p.j == 1 ? r.k_cache : r.v_cache;
-  store_kv(cache, r.kv, row * n + p.ra, va);
-  store_kv(cache, r.kv, row * n + p.rb, vb);
-  if (p.j == 1 && p.ra == 0 && r.kv_pos != nullptr) r.kv_pos[slot] = pos;
+  detail::rope_kv_pair_out(a.rope, p.j, p.rows, i, y, n, va, vb);
 }
 
 template <typename T, int M, bool NORM>
@@ -522,31 +486,6 @@ Status launch_t(const Args& a, Stream s) {
   return a.norm != nullptr ? launch_m<T, true>(a, s) : launch_m<T, false>(a, s);
 }
 
-// The rope_kv epilogue's arguments (cuda_ops.h).
-Status check_rope(const MatvecOut* outs, int n_outs, const MatvecRope* r) {
-  using detail::bad_arg;
-  const std::string f = "matvec rope_kv: ";
-  if (n_outs != 3) return bad_arg(f + "needs exactly 3 matrices (q, k, v), got n_outs = " + std::to_string(n_outs));
-  if (r == nullptr) return bad_arg(f + "no rope arguments");
-  if (r->head_dim < 2 || r->head_dim % 2 != 0)
-    return bad_arg(f + "head_dim " + std::to_string(r->head_dim) + " must be even, >= 2");
-  if (outs[0].n_out % r->head_dim != 0 || outs[1].n_out % r->head_dim != 0 || outs[1].n_out != outs[2].n_out)
-    return bad_arg(f + "q, k, v widths " + std::to_string(outs[0].n_out) + ", " + std::to_string(outs[1].n_out) +
-                   ", " + std::to_string(outs[2].n_out) + " must be whole heads of " + std::to_string(r->head_dim) +
-                   " with k and v equal");
-  if (r->rot_dim < 0 || r->rot_dim % 2 != 0 || r->rot_dim > r->head_dim || r->rot_dim > 2 * detail::kRopeMaxHalf)
-    return bad_arg(f + "rot_dim " + std::to_string(r->rot_dim) + " must be even, >= 0, <= head_dim " +
-                   std::to_string(r->head_dim) + " and <= " + std::to_string(2 * detail::kRopeMaxHalf));
-  if (r->mode != RopeMode::interleaved && r->mode != RopeMode::half)
-    return bad_arg(f + "unknown rope mode " + std::to_string(static_cast<int>(r->mode)));
-  if (r->kv != KvType::f32 && r->kv != KvType::f16)
-    return bad_arg(f + "unknown kv type " + std::to_string(static_cast<int>(r->kv)));
-  if (r->pos == nullptr || r->slots == nullptr || r->k_cache == nullptr || r->v_cache == nullptr ||
-      (r->rot_dim > 0 && r->inv_freq == nullptr))
-    return bad_arg(f + "null pos, slots, k_cache, v_cache or inv_freq");
-  return Status::ok();
-}
-
 }  // namespace
 
 Status matvec(const MatvecOut* outs, int n_outs, WeightType t, int64_t n_in, const float* x, int64_t m, Epilogue e,
@@ -563,7 +502,12 @@ Status matvec(const MatvecOut* outs, int n_outs, WeightType t, int64_t n_in, con
     return bad_arg(f + "unknown weight type " + std::to_string(static_cast<int>(t)));
   if (e != Epilogue::store && e != Epilogue::accumulate && e != Epilogue::swiglu && e != Epilogue::rope_kv)
     return bad_arg(f + "unknown epilogue " + std::to_string(static_cast<int>(e)));
-  if (e == Epilogue::rope_kv) LITHE_TRY(check_rope(outs, n_outs, rope));
+  if (e == Epilogue::rope_kv) {
+    if (n_outs != 3)
+      return detail::bad_arg("matvec rope_kv: needs exactly 3 matrices (q, k, v), got n_outs = " +
+                             std::to_string(n_outs));
+    LITHE_TRY(detail::check_rope("matvec rope_kv: ", outs[0].n_out, outs[1].n_out, outs[2].n_out, rope));
+  }
   if (e == Epilogue::swiglu) {
     if (n_outs != 2)
       return bad_arg(f + "swiglu needs exactly 2 matrices (gate, up), got n_outs = " + std::to_string(n_outs));

@@ -134,6 +134,18 @@ Status check_rope_shape(const std::string& f, int64_t head_dim, int64_t rot_dim,
 
 }  // namespace
 
+Status detail::check_rope(const std::string& f, int64_t nq, int64_t nk, int64_t nv, const MatvecRope* r) {
+  if (r == nullptr) return bad_arg(f + "no rope arguments");
+  LITHE_TRY(check_rope_shape(f, r->head_dim, r->rot_dim, r->mode, r->kv));
+  if (nq % r->head_dim != 0 || nk % r->head_dim != 0 || nk != nv)
+    return bad_arg(f + "q, k, v widths " + num(nq) + ", " + num(nk) + ", " + num(nv) + " must be whole heads of " +
+                   num(r->head_dim) + " with k and v equal");
+  if (r->pos == nullptr || r->slots == nullptr || r->k_cache == nullptr || r->v_cache == nullptr ||
+      (r->rot_dim > 0 && r->inv_freq == nullptr))
+    return bad_arg(f + "null pos, slots, k_cache, v_cache or inv_freq");
+  return Status::ok();
+}
+
 Status rope_keys(const RopeKeysArgs& a, Stream s) {
   const std::string f = "rope_keys: ";
   if (a.capacity < 0 || a.capacity > INT32_MAX)

@@ -9,7 +9,7 @@
 // cublasGemmEx on an f16/bf16 copy of the activations with f32 output (f32 weights: f32 GEMM, no
 // TF32). Attention: rope_attention rotates q/k and fills the cache in one launch, then one decode
 // launch (split-K with the merge in its last blocks) or the prefill kernel; at decode sizes
-// qkv_rope_attention does the rotation and the store in the q/k/v matvec's epilogue instead.
+// qkv_rope_attention does the rotation and the store in the q/k/v matvec's or gq GEMV's epilogue instead.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -115,7 +115,7 @@ bool norm_folds(const Tensor& w, int64_t m, const Tensor& x) {
 }
 // Whether gq weights ws run as one launch of the GEMV kernel with epilogue e (and a folded norm):
 // m <= kGemvMaxRows (16), all in the GEMV layout with one format, n_in and act-order; swiglu: gate and up of equal
-// n_out without act-order.
+// n_out without act-order; rope_kv: q, k, v (the caller checks that head_dim divides kGemvItemRows).
 bool gemv_fuses(std::span<const Tensor* const> ws, int64_t m, cuda::Epilogue e) {
   if (m > cuda::kGemvMaxRows || ws.empty() || ws.size() > 3) return false;
   const PackedWeight* p0 = ws[0]->packed();
@@ -127,6 +127,7 @@ bool gemv_fuses(std::span<const Tensor* const> ws, int64_t m, cuda::Epilogue e) 
       return false;
   }
   if (e == cuda::Epilogue::swiglu) return ws.size() == 2 && !p0->has_perm && ws[1]->packed()->n_out == p0->n_out;
+  if (e == cuda::Epilogue::rope_kv) return ws.size() == 3;
   return e == cuda::Epilogue::store || e == cuda::Epilogue::accumulate;
 }
 
@@ -378,7 +379,9 @@ class CudaBackend final : public Backend {
                             const int64_t* slots, const cpu::RopeTable& table, cpu::RopeStyle style,
                             const AttentionShape& shape, Tensor& out) override {
     static const bool on = env_on("LITHE_QKV_ROPE");
-    if (!on || ws.size() != 3 || ys.size() != 3 || m > cuda::kDecodeMaxQueries || !norm_folds(*ws[0], m, x) ||
+    const bool fuses = norm_folds(*ws[0], m, x) || (gemv_fuses(ws, m, cuda::Epilogue::rope_kv) &&
+                                                    cuda::kGemvItemRows % shape.head_dim == 0);
+    if (!on || ws.size() != 3 || ys.size() != 3 || m > cuda::kDecodeMaxQueries || !fuses ||
         ys[1]->dim(1) != cache.kv_dim() || cache.k(layer).device() != Device::cuda || cache.keys_pre_rope())
       return Backend::qkv_rope_attention(norm, ws, x, m, ys, cache, layer, pos, slots, table, style, shape, out);
     LITHE_ASSIGN(const float* freq, rope_freqs(table));
@@ -508,7 +511,7 @@ class CudaBackend final : public Backend {
       if (!matvec_path(*ws[0], m) && !gemv_fuses(ws, m, e))
         return error(StatusCode::internal, "a folded rmsnorm reached the GEMM path");
     }
-    if (ws[0]->dtype() == DType::gq) return project_gq(ws, ys, x, m, e, norm);
+    if (ws[0]->dtype() == DType::gq) return project_gq(ws, ys, x, m, e, norm, rope);
     LITHE_ASSIGN(cuda::WeightType wt, weight_type(*ws[0]));
     for (size_t j = 0; j < ws.size(); ++j) {
       LITHE_TRY(check_weight(*ws[j], "linear weight"));
@@ -537,7 +540,7 @@ class CudaBackend final : public Backend {
   // epilogue and a folded norm included); otherwise (store or accumulate) one matrix at a time: the
   // Marlin-class GEMM, or the GEMV kernel, or (GEMV layout, larger m) a dense f16 copy and cuBLAS.
   Status project_gq(std::span<const Tensor* const> ws, std::span<Tensor*> ys, const Tensor& x, int64_t m,
-                    cuda::Epilogue e, const InputNorm* norm) {
+                    cuda::Epilogue e, const InputNorm* norm, const cuda::MatvecRope* rope) {
     if (gemv_fuses(ws, m, e)) {
       cuda::GemvOut outs[3];
       for (size_t j = 0; j < ws.size(); ++j) {
@@ -552,7 +555,7 @@ class CudaBackend final : public Backend {
       if (steps_->replaying()) return Status::ok();
       cuda::MatvecNorm mn;
       if (norm != nullptr) mn = {norm->weight->data_as<float>(), norm->eps};
-      return cuda::gemv(outs, n, x.data_as<float>(), m, e, scratch, bytes, stream_, mn);
+      return cuda::gemv(outs, n, x.data_as<float>(), m, e, scratch, bytes, stream_, mn, rope);
     }
     if ((e != cuda::Epilogue::store && e != cuda::Epilogue::accumulate) || norm != nullptr)
       return error(StatusCode::internal, "gq weights reached a fused epilogue or norm their kernel cannot run");

@@ -370,6 +370,24 @@ __device__ __forceinline__ void finish(const Args& a, const Tiles<R>& t, int row
   }
 }
 
+// V consecutive floats of the k-split's scratch (16-byte aligned when V = 4), read past L1 / zeroed.
+template <int V>
+__device__ __forceinline__ void ldcg_vec(const float* p, float (&out)[V]) {
+  if constexpr (V == 4) {
+    const float4 t = __ldcg(reinterpret_cast<const float4*>(p));
+    out[0] = t.x, out[1] = t.y, out[2] = t.z, out[3] = t.w;
+  } else {
+    out[0] = __ldcg(p);
+  }
+}
+template <int V>
+__device__ __forceinline__ void stcg_zero_vec(float* p) {
+  if constexpr (V == 4)
+    __stcg(reinterpret_cast<float4*>(p), make_float4(0.f, 0.f, 0.f, 0.f));
+  else
+    __stcg(p, 0.f);
+}
+
 // rope_kv (R = 1): the item's finished rows fin[w][0][i][row] (row w * 16 + row of the item) for x
 // rows i < m, rotated and stored pair by pair (detail::rope_rows: a head's pairs stay inside the
 // item, head_dim dividing kItemRows).
@@ -628,40 +646,56 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
   __threadfence();
   // Every slot read is zeroed again: the whole scratch is back at zero for the next launch, whatever
   // its shape (another launch's counters may lie where these partial sums were).
+  // A thread takes V consecutive outputs o (one x row i) per step: at M >= 8 four, as float4s of
+  // every partial sum (M = 16: two steps instead of eight dependent ones); below, one (the epilogue's
+  // read-modify-write of each output stays spread over the threads).
+  constexpr int V = M >= 8 ? 4 : 1;
   constexpr int kBurst = 8;  // partial sums loaded at once (independent L2 reads), then added in order
-  for (int o = static_cast<int>(threadIdx.x); o < a.m * kItemRows; o += kThreads) {
-    const int i = o / kItemRows, w = o % kItemRows / kRows, row = o % kRows;
-    float val[R], ss = 0.f;
+  for (int ov = V * static_cast<int>(threadIdx.x); ov < a.m * kItemRows; ov += V * kThreads) {
+    const int i = ov / kItemRows;
+    float val[R][V], ss = 0.f;
 #pragma unroll
-    for (int r = 0; r < R; ++r) val[r] = 0.f;
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int e = 0; e < V; ++e) val[r][e] = 0.f;
+    auto at = [&](int k, int r) { return partial + (k * R + r) * (kMaxM * kItemRows) + ov; };
     for (int k0 = 0; k0 < a.ks; k0 += kBurst) {
-      float pv[kBurst][R], sv[kBurst];
+      float pv[kBurst][R][V], sv[kBurst];
 #pragma unroll
       for (int d = 0; d < kBurst; ++d) {
         const int k = k0 + d < a.ks ? k0 + d : a.ks - 1;
 #pragma unroll
-        for (int r = 0; r < R; ++r) pv[d][r] = __ldcg(partial + (k * R + r) * (kMaxM * kItemRows) + o);
+        for (int r = 0; r < R; ++r) ldcg_vec<V>(at(k, r), pv[d][r]);
         sv[d] = has_norm ? __ldcg(ss_out + k * kMaxM + i) : 0.f;
       }
 #pragma unroll
       for (int d = 0; d < kBurst; ++d)
         if (k0 + d < a.ks) {
 #pragma unroll
-          for (int r = 0; r < R; ++r) val[r] += pv[d][r];
+          for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int e = 0; e < V; ++e) val[r][e] += pv[d][r][e];
           ss += sv[d];
         }
     }
     for (int k = 0; k < a.ks; ++k)
 #pragma unroll
-      for (int r = 0; r < R; ++r) __stcg(partial + (k * R + r) * (kMaxM * kItemRows) + o, 0.f);
-    if (R == 1 && a.epi == Epilogue::rope_kv) {  // rows pair up below (part is free: read above)
-      if (a.norm != nullptr) val[0] *= inv_rms_of(ss, a.g.n_in, a.eps);
-      part[w][0][i][row] = val[0];
-      continue;
+      for (int r = 0; r < R; ++r) stcg_zero_vec<V>(at(k, r));
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const int o = ov + e, w = o % kItemRows / kRows, row = o % kRows;
+      float v[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) v[r] = val[r][e];
+      if (R == 1 && a.epi == Epilogue::rope_kv) {  // rows pair up below (part is free: read above)
+        if (a.norm != nullptr) v[0] *= inv_rms_of(ss, a.g.n_in, a.eps);
+        part[w][0][i][row] = v[0];
+        continue;
+      }
+      bool valid;
+      const Tiles<R> tw = tiles_of<BITS, R>(a, item, w, 0, valid);
+      if (valid) finish<R>(a, tw, row, i, v, ss);
     }
-    bool valid;
-    const Tiles<R> tw = tiles_of<BITS, R>(a, item, w, 0, valid);
-    if (valid) finish<R>(a, tw, row, i, val, ss);
   }
   __syncthreads();  // every thread has read the x^2 sums before they are zeroed
   if constexpr (R == 1)

@@ -1,6 +1,7 @@
-// Rotary-embedding pieces shared by rope_kernel (elementwise.cu) and the fused rope + KV-store
-// kernel (rope_kv.cu), so that both rotate bit-identically (and as the CPU kernel does): the cos /
-// sin table of one token (angles in double), the two elements pair i turns, and the rotation.
+// Rotary-embedding pieces shared by rope_kernel (elementwise.cu), the fused rope + KV-store kernel
+// (rope_kv.cu) and the rope_kv epilogues of the projection kernels (matvec.cu, gq_gemv.cu), so that
+// all rotate bit-identically (and as the CPU kernel does): the cos / sin table of one token (angles
+// in double), the two elements pair i turns, the rotation, and the epilogue's pairs and stores.
 #pragma once
 
 #include <cstdint>

@@ -86,8 +86,7 @@ void* zeroed(int64_t bytes) {
   return p;
 }
 
-// n values uniform in [-1, 1) (an LCG from `seed`) into device memory x.
-// Uniform values in [-1, 1) to x on the device; returns them.
+// n values uniform in [-1, 1) (an LCG from `seed`) into device memory x; returns them.
 std::vector<float> upload_uniform(float* x, int64_t n, uint32_t seed) {
   std::vector<float> hx(static_cast<size_t>(n));
   for (float& v : hx) {
@@ -96,16 +95,6 @@ std::vector<float> upload_uniform(float* x, int64_t n, uint32_t seed) {
   }
   CK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
   return hx;
-}
-
-// max |got[k] - want[k]| / max |want[k]| over the first n values.
-double rel_diff(const float* got, const float* want, size_t n) {
-  double diff = 0, mag = 0;
-  for (size_t k = 0; k < n; ++k) {
-    diff = std::max(diff, std::fabs(static_cast<double>(got[k]) - want[k]));
-    mag = std::max(mag, std::fabs(static_cast<double>(want[k])));
-  }
-  return mag > 0 ? diff / mag : diff;
 }
 
 std::string fmt2(double v) {

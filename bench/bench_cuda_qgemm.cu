@@ -127,11 +127,6 @@ void bench_shape(Bench& b, const Shape& sh, const std::vector<int>& batches, boo
     std::vector<float> got(static_cast<size_t>(m * sh.n_out)), ref(got.size());
     CK(cudaMemcpy(got.data(), y, got.size() * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(ref.data(), yc, ref.size() * 4, cudaMemcpyDeviceToHost));
-    double max_diff = 0, max_ref = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      max_diff = std::max(max_diff, static_cast<double>(std::fabs(got[i] - ref[i])));
-      max_ref = std::max(max_ref, static_cast<double>(std::fabs(ref[i])));
-    }
     const double gbs = w_bytes / (mine.median_us * 1e-6) / 1e9;
     const double b2b_gbs = w_bytes / (mine.b2b_us * 1e-6) / 1e9;
     const double blas_gbs = static_cast<double>(h_bytes) / (blas.median_us * 1e-6) / 1e9;
@@ -141,7 +136,7 @@ void bench_shape(Bench& b, const Shape& sh, const std::vector<int>& batches, boo
                 static_cast<long long>(sh.n_out), m, w_bytes / 1e6,
                 mine.median_us, gbs, 100 * gbs / b.copy_gbs, mine.b2b_us, 100 * b2b_gbs / b.copy_gbs, blas.median_us,
                 blas_gbs, blas.b2b_us, blas.median_us / mine.median_us, blas.b2b_us / mine.b2b_us,
-                max_ref > 0 ? max_diff / max_ref : max_diff);
+                rel_diff(got.data(), ref.data(), got.size()));
     std::fflush(stdout);
   }
   for (void* p : qw) CK(cudaFree(p));

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <initializer_list>
 #include <utility>
@@ -98,6 +99,16 @@ inline double copy_bandwidth(int reps, cudaStream_t s) {
   CK(cudaFree(a));
   CK(cudaFree(b));
   return 2.0 * static_cast<double>(bytes) / (t.median_us * 1e-6) / 1e9;
+}
+
+// max |got[k] - want[k]| / max |want[k]| over the first n values (the benches' sanity column).
+inline double rel_diff(const float* got, const float* want, size_t n) {
+  double diff = 0, mag = 0;
+  for (size_t k = 0; k < n; ++k) {
+    diff = std::max(diff, std::fabs(static_cast<double>(got[k]) - want[k]));
+    mag = std::max(mag, std::fabs(static_cast<double>(want[k])));
+  }
+  return mag > 0 ? diff / mag : diff;
 }
 
 // The batch sizes of BENCH_M=1,8 (a comma-separated list), or `dflt` when it is unset; exits 2 on a

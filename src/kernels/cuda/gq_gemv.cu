@@ -353,13 +353,19 @@ __device__ __forceinline__ void start_run(Sums<NB>& s, uint2 rec) {
 }
 
 // The epilogue of x row i for row `row` of tile t: v[r] the finished sums of tile r.
+// v times 1/rms of x row i (x^2 sum ss) under a folded norm.
 template <int R>
-__device__ __forceinline__ void finish(const Args& a, const Tiles<R>& t, int row, int i, float (&v)[R], float ss) {
+__device__ __forceinline__ void apply_norm(const Args& a, float (&v)[R], float ss) {
   if (a.norm != nullptr) {
     const float inv = inv_rms_of(ss, a.g.n_in, a.eps);
 #pragma unroll
     for (int r = 0; r < R; ++r) v[r] *= inv;
   }
+}
+
+template <int R>
+__device__ __forceinline__ void finish(const Args& a, const Tiles<R>& t, int row, int i, float (&v)[R], float ss) {
+  apply_norm<R>(a, v, ss);
   const int64_t orow = t.tile[0] * kRows + row;
   if (orow >= t.n_out[0]) return;
   float* p = t.y[0] + i * t.n_out[0] + orow;
@@ -606,14 +612,18 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
       for (int w = 0; w < kWarps; ++w) ss += ss_part[w][i];
     return ss;
   };
+  // rope_kv: finished row `row` of tile w for x row i goes to part, where rope_kv_item pairs it up.
+  auto stash = [&](int w, int i, int row, float (&v)[R], float ss) {
+    apply_norm<R>(a, v, ss);
+    part[w][0][i][row] = v[0];
+  };
   for (int o = static_cast<int>(threadIdx.x); o < a.m * kItemRows; o += kThreads) {
     const int i = o / kItemRows, w = o % kItemRows / kRows, row = o % kRows;
     float val[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) val[r] = part[w][r][i][row];
-    if (a.ks == 1 && R == 1 && a.epi == Epilogue::rope_kv) {  // rows pair up below
-      if (a.norm != nullptr) val[0] *= inv_rms_of(block_ss(i), a.g.n_in, a.eps);
-      part[w][0][i][row] = val[0];
+    if (a.ks == 1 && R == 1 && a.epi == Epilogue::rope_kv) {
+      stash(w, i, row, val, block_ss(i));
     } else if (a.ks == 1) {
       bool valid;
       const Tiles<R> tw = tiles_of<BITS, R>(a, item, w, 0, valid);
@@ -687,9 +697,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
       float v[R];
 #pragma unroll
       for (int r = 0; r < R; ++r) v[r] = val[r][e];
-      if (R == 1 && a.epi == Epilogue::rope_kv) {  // rows pair up below (part is free: read above)
-        if (a.norm != nullptr) v[0] *= inv_rms_of(ss, a.g.n_in, a.eps);
-        part[w][0][i][row] = v[0];
+      if (R == 1 && a.epi == Epilogue::rope_kv) {  // (part is free: read above)
+        stash(w, i, row, v, ss);
         continue;
       }
       bool valid;

@@ -24,3 +24,19 @@ assemble_model() {
   [ -f $M ] || { echo "no $M (send it in parts: split -n 4 -d $M models/part-)"; exit 1; }
   sha256sum $M | tee "$OUT/model_sha.txt"
 }
+
+# A baseline build for side-by-side runs of a change that no environment switch can turn off: a
+# copy of the tree in /tmp/base with the files of DIR laid over it (DIR mirrors the repository's
+# paths, e.g. DIR/src/kernels/cuda/gq_gemv.cu saved locally by `git show HEAD:src/... > ...`; an
+# untracked DIR travels with the tree), built for TARGETS into /tmp/base/$B. Runs beside
+# build_cuda: `build_baseline ab lithe bench_cuda_gq_gemv & build_cuda; wait`.
+build_baseline() {
+  local dir=$1 out; shift
+  out=$(cd "$OUT" && pwd)
+  rm -rf /tmp/base && mkdir -p /tmp/base
+  tar --exclude='./build*' --exclude=./models --exclude=./out --exclude=./.git -cf - . | tar -xf - -C /tmp/base
+  cp -r "$dir/." /tmp/base/
+  ( cd /tmp/base && cmake --preset cuda-release -B $B -DLITHE_WERROR=OFF > "$out/base_cmake.txt" 2>&1 &&
+    cmake --build $B -j8 --target "$@" > "$out/base_build.txt" 2>&1 ) || { echo "baseline build failed ($out/base_build.txt)"; return 1; }
+  echo "baseline built: /tmp/base/$B/bin"
+}

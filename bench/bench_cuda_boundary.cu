@@ -1,0 +1,173 @@
+// What a kernel boundary costs a stream of weights (issue 7): the byte sizes of one Llama-2-7B int4
+// g128 decode layer's four GEMVs (qkv, o, gate/up, down), 8 layers, read with no arithmetic, three
+// ways:
+// - launches: one kernel per matrix, back to back with PDL (as the gq GEMV: its first loads issued
+//   before griddepcontrol.wait, its reads summed into out after it);
+// - barrier: one persistent launch, a grid-wide barrier between matrices (each block's first loads
+//   of the next matrix issued before the barrier with --prefetch rows);
+// - stream: one launch reading all of it with no dependency at all: the floor.
+// Every block reads a contiguous slice of each matrix, 16 bytes per thread and load, 8 loads in
+// flight per thread (a GEMV warp's two batches of 2 KiB). Grid: 2 blocks of 256 threads per SM.
+//   build-cuda/bin/bench_cuda_boundary [--quick]
+constexpr const char* kBenchName = "bench_cuda_boundary";
+#include "cuda_bench_util.cuh"
+
+#include "kernels/cuda/common.cuh"
+
+namespace {
+
+constexpr int kThreads = 256, kInFlight = 8, kLayers = 8;
+constexpr double kLayerMb[4] = {26.7, 8.9, 47.9, 24.0};  // qkv, o, gate/up, down: codes + records (107.5 MB)
+
+struct Phases {
+  const uint4* base[4 * kLayers];
+  int64_t n16[4 * kLayers];  // 16-byte words per matrix
+};
+
+// Block b's slice of matrix p: [lo, hi) in 16-byte words.
+__device__ __forceinline__ void slice_of(const Phases& ph, int p, int64_t& lo, int64_t& hi) {
+  const int64_t per = (ph.n16[p] + gridDim.x - 1) / gridDim.x;
+  lo = min(ph.n16[p], blockIdx.x * per);
+  hi = min(ph.n16[p], lo + per);
+}
+
+// The first kInFlight loads of this thread in matrix p (zeros past the slice).
+__device__ __forceinline__ void first_loads(const Phases& ph, int p, uint4 (&v)[kInFlight]) {
+  int64_t lo, hi;
+  slice_of(ph, p, lo, hi);
+#pragma unroll
+  for (int k = 0; k < kInFlight; ++k) {
+    const int64_t i = lo + threadIdx.x + int64_t{k} * kThreads;
+    v[k] = i < hi ? lithe::cuda::detail::ld_stream(ph.base[p] + i) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+// The rest of matrix p after the first loads in v, xor-folded into acc.
+__device__ __forceinline__ uint32_t rest_of(const Phases& ph, int p, uint4 (&v)[kInFlight]) {
+  int64_t lo, hi;
+  slice_of(ph, p, lo, hi);
+  uint32_t acc = 0;
+  for (int64_t i0 = lo + int64_t{kInFlight} * kThreads; ; i0 += int64_t{kInFlight} * kThreads) {
+#pragma unroll
+    for (int k = 0; k < kInFlight; ++k) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
+    if (i0 >= hi) break;
+#pragma unroll
+    for (int k = 0; k < kInFlight; ++k) {
+      const int64_t i = i0 + threadIdx.x + int64_t{k} * kThreads;
+      v[k] = i < hi ? lithe::cuda::detail::ld_stream(ph.base[p] + i) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  return acc;
+}
+
+__global__ void __launch_bounds__(kThreads, 2) launch_kernel(Phases ph, int p, uint32_t* out) {
+  lithe::cuda::detail::pdl_release();
+  uint4 v[kInFlight];
+  first_loads(ph, p, v);
+  lithe::cuda::detail::pdl_wait();
+  const uint32_t acc = rest_of(ph, p, v);
+  atomicXor(out + blockIdx.x, acc);
+}
+
+// Grid-wide barrier: the last block to arrive resets the count and bumps the generation.
+__device__ __forceinline__ void grid_barrier(unsigned* count, unsigned* gen) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned g = atomicAdd(gen, 0u);
+    __threadfence();
+    if (atomicAdd(count, 1u) == gridDim.x - 1) {
+      atomicExch(count, 0u);
+      __threadfence();
+      atomicAdd(gen, 1u);
+    } else {
+      while (atomicAdd(gen, 0u) == g) __nanosleep(32);
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+// mode 0: barrier; 1: barrier, next matrix's first loads before it; 2: no barrier (stream).
+__global__ void __launch_bounds__(kThreads, 2) persistent_kernel(Phases ph, int n, int mode, uint32_t* out,
+                                                                 unsigned* sync) {
+  uint4 v[kInFlight];
+  first_loads(ph, 0, v);
+  uint32_t acc = 0;
+  for (int p = 0; p < n; ++p) {
+    acc ^= rest_of(ph, p, v);
+    if (p + 1 == n) break;
+    if (mode == 1 || mode == 2) first_loads(ph, p + 1, v);
+    if (mode != 2) grid_barrier(sync, sync + 1);
+    if (mode == 0) first_loads(ph, p + 1, v);
+  }
+  atomicXor(out + blockIdx.x, acc);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bench::Bench b = bench::open_bench(argc, argv);
+  const int sms = b.prop.multiProcessorCount, grid = 2 * sms, n = 4 * kLayers;
+  int per_sm = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_kernel, kThreads, 0));
+  if (per_sm < 2) {
+    std::fprintf(stderr, "%s: persistent_kernel fits %d blocks per SM, needs 2\n", kBenchName, per_sm);
+    return 1;
+  }
+  Phases ph{};
+  std::vector<void*> bufs;
+  double total_mb = 0;
+  for (int p = 0; p < n; ++p) {
+    const double mb = kLayerMb[p % 4];
+    const size_t bytes = static_cast<size_t>(mb * 1e6) / 16 * 16;
+    void* d = nullptr;
+    CK(cudaMalloc(&d, bytes));
+    CK(cudaMemsetAsync(d, p, bytes, b.s));
+    bufs.push_back(d);
+    ph.base[p] = static_cast<const uint4*>(d);
+    ph.n16[p] = static_cast<int64_t>(bytes / 16);
+    total_mb += static_cast<double>(bytes) / 1e6;
+  }
+  uint32_t* out = nullptr;
+  unsigned* sync = nullptr;
+  CK(cudaMalloc(&out, grid * sizeof(uint32_t)));
+  CK(cudaMalloc(&sync, 2 * sizeof(unsigned)));
+  CK(cudaMemsetAsync(out, 0, grid * sizeof(uint32_t), b.s));
+  CK(cudaMemsetAsync(sync, 0, 2 * sizeof(unsigned), b.s));
+  CK(cudaStreamSynchronize(b.s));
+
+  const int reps = b.quick ? 10 : 30;
+  auto row = [&](const char* name, const bench::Timing& t) {
+    const double per_layer = t.b2b_us / kLayers;
+    std::printf("| %s | %.1f | %.1f | %.0f | %.1f%% |\n", name, per_layer, per_layer / 4, total_mb / t.b2b_us * 1e3,
+                100.0 * total_mb / t.b2b_us * 1e3 / b.copy_gbs);
+  };
+  std::printf("\n%d matrices (%d layers of qkv, o, gate/up, down: %.1f MB), grid %d x %d threads\n\n", n, kLayers,
+              total_mb, grid, kThreads);
+  std::printf("| way | us per layer | us per matrix | GB/s | of copy |\n|---|---|---|---|---|\n");
+  for (const bool pdl : {true, false}) {
+    const bench::Timing t = bench::time_runs(
+        [&](int) {
+          for (int p = 0; p < n; ++p)
+            lithe::cuda::detail::launch_with_pdl(pdl, launch_kernel, dim3(grid), dim3(kThreads), 0, b.s, ph, p, out);
+          CK(cudaGetLastError());
+        },
+        reps, b.s);
+    row(pdl ? "launches, PDL" : "launches, no PDL", t);
+  }
+  const char* names[3] = {"one launch, grid barriers", "one launch, grid barriers, next loads first",
+                          "one launch, no dependency (floor)"};
+  for (int mode = 0; mode < 3; ++mode) {
+    const bench::Timing t = bench::time_runs(
+        [&](int) {
+          persistent_kernel<<<grid, kThreads, 0, b.s>>>(ph, n, mode, out, sync);
+          CK(cudaGetLastError());
+        },
+        reps, b.s);
+    row(names[mode], t);
+  }
+  for (void* d : bufs) CK(cudaFree(d));
+  CK(cudaFree(out));
+  CK(cudaFree(sync));
+  return 0;
+}

@@ -13,11 +13,29 @@ constexpr const char* kBenchName = "bench_cuda_boundary";
 #include "cuda_bench_util.cuh"
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gq_gemv_layout.h"
 
 namespace {
 
 constexpr int kThreads = 256, kInFlight = 8, kLayers = 8;
-constexpr double kLayerMb[4] = {26.7, 8.9, 47.9, 24.0};  // qkv, o, gate/up, down: codes + records (107.5 MB)
+
+// Packed bytes of a layer's four launches in the GEMV layout, int4 g128 (Llama-2-7B: d 4096, ff
+// 11008): qkv (three d x d), o, gate/up (two ff x d), down (d x ff); 107.5 MB in all.
+int64_t launch_bytes(int which) {
+  constexpr int64_t d = 4096, ff = 11008;
+  lithe::QuantFormat f;
+  f.bits = 4;
+  f.group = 128;
+  auto bytes = [&](int64_t n_out, int64_t n_in) { return lithe::cuda::gemv_layout::geometry(f, n_out, n_in, false).bytes; };
+  switch (which) {
+    case 0: return 3 * bytes(d, d);
+    case 1: return bytes(d, d);
+    case 2: return 2 * bytes(ff, d);
+    default: return bytes(d, ff);
+  }
+}
+
+enum class Mode : int { barrier, barrier_loads_first, no_dependency };
 
 struct Phases {
   const uint4* base[4 * kLayers];
@@ -87,8 +105,7 @@ __device__ __forceinline__ void grid_barrier(unsigned* count, unsigned* gen) {
   __syncthreads();
 }
 
-// mode 0: barrier; 1: barrier, next matrix's first loads before it; 2: no barrier (stream).
-__global__ void __launch_bounds__(kThreads, 2) persistent_kernel(Phases ph, int n, int mode, uint32_t* out,
+__global__ void __launch_bounds__(kThreads, 2) persistent_kernel(Phases ph, int n, Mode mode, uint32_t* out,
                                                                  unsigned* sync) {
   uint4 v[kInFlight];
   first_loads(ph, 0, v);
@@ -96,9 +113,9 @@ __global__ void __launch_bounds__(kThreads, 2) persistent_kernel(Phases ph, int 
   for (int p = 0; p < n; ++p) {
     acc ^= rest_of(ph, p, v);
     if (p + 1 == n) break;
-    if (mode == 1 || mode == 2) first_loads(ph, p + 1, v);
-    if (mode != 2) grid_barrier(sync, sync + 1);
-    if (mode == 0) first_loads(ph, p + 1, v);
+    if (mode != Mode::barrier) first_loads(ph, p + 1, v);
+    if (mode != Mode::no_dependency) grid_barrier(sync, sync + 1);
+    if (mode == Mode::barrier) first_loads(ph, p + 1, v);
   }
   atomicXor(out + blockIdx.x, acc);
 }
@@ -118,8 +135,7 @@ int main(int argc, char** argv) {
   std::vector<void*> bufs;
   double total_mb = 0;
   for (int p = 0; p < n; ++p) {
-    const double mb = kLayerMb[p % 4];
-    const size_t bytes = static_cast<size_t>(mb * 1e6) / 16 * 16;
+    const size_t bytes = static_cast<size_t>(launch_bytes(p % 4));  // a multiple of 256
     void* d = nullptr;
     CK(cudaMalloc(&d, bytes));
     CK(cudaMemsetAsync(d, p, bytes, b.s));
@@ -155,16 +171,17 @@ int main(int argc, char** argv) {
         reps, b.s);
     row(pdl ? "launches, PDL" : "launches, no PDL", t);
   }
-  const char* names[3] = {"one launch, grid barriers", "one launch, grid barriers, next loads first",
-                          "one launch, no dependency (floor)"};
-  for (int mode = 0; mode < 3; ++mode) {
+  const std::pair<Mode, const char*> modes[] = {{Mode::barrier, "one launch, grid barriers"},
+                                                 {Mode::barrier_loads_first, "one launch, grid barriers, next loads first"},
+                                                 {Mode::no_dependency, "one launch, no dependency (floor)"}};
+  for (const auto& [mode, name] : modes) {
     const bench::Timing t = bench::time_runs(
         [&](int) {
           persistent_kernel<<<grid, kThreads, 0, b.s>>>(ph, n, mode, out, sync);
           CK(cudaGetLastError());
         },
         reps, b.s);
-    row(names[mode], t);
+    row(name, t);
   }
   for (void* d : bufs) CK(cudaFree(d));
   CK(cudaFree(out));

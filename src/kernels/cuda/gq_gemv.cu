@@ -660,14 +660,15 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
   // every partial sum (M = 16: two steps instead of eight dependent ones); below, one (the epilogue's
   // read-modify-write of each output stays spread over the threads).
   constexpr int V = M >= 8 ? 4 : 1;
+  static_assert(kRows % V == 0, "a step's outputs share one tile");
   constexpr int kBurst = 8;  // partial sums loaded at once (independent L2 reads), then added in order
   for (int ov = V * static_cast<int>(threadIdx.x); ov < a.m * kItemRows; ov += V * kThreads) {
     const int i = ov / kItemRows;
-    float val[R][V], ss = 0.f;
+    float val[V][R], ss = 0.f;  // output ov + e, tile r
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+    for (int e = 0; e < V; ++e)
 #pragma unroll
-      for (int e = 0; e < V; ++e) val[r][e] = 0.f;
+      for (int r = 0; r < R; ++r) val[e][r] = 0.f;
     auto at = [&](int k, int r) { return partial + (k * R + r) * (kMaxM * kItemRows) + ov; };
     for (int k0 = 0; k0 < a.ks; k0 += kBurst) {
       float pv[kBurst][R][V], sv[kBurst];
@@ -684,27 +685,25 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
 #pragma unroll
           for (int r = 0; r < R; ++r)
 #pragma unroll
-            for (int e = 0; e < V; ++e) val[r][e] += pv[d][r][e];
+            for (int e = 0; e < V; ++e) val[e][r] += pv[d][r][e];
           ss += sv[d];
         }
     }
     for (int k = 0; k < a.ks; ++k)
 #pragma unroll
       for (int r = 0; r < R; ++r) stcg_zero_vec<V>(at(k, r));
+    // The V outputs are rows row0.. of one tile w (V divides kRows).
+    const int w = ov % kItemRows / kRows, row0 = ov % kRows;
+    if (R == 1 && a.epi == Epilogue::rope_kv) {  // (part is free: read above)
 #pragma unroll
-    for (int e = 0; e < V; ++e) {
-      const int o = ov + e, w = o % kItemRows / kRows, row = o % kRows;
-      float v[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r) v[r] = val[r][e];
-      if (R == 1 && a.epi == Epilogue::rope_kv) {  // (part is free: read above)
-        stash(w, i, row, v, ss);
-        continue;
-      }
-      bool valid;
-      const Tiles<R> tw = tiles_of<BITS, R>(a, item, w, 0, valid);
-      if (valid) finish<R>(a, tw, row, i, v, ss);
+      for (int e = 0; e < V; ++e) stash(w, i, row0 + e, val[e], ss);
+      continue;
     }
+    bool valid;
+    const Tiles<R> tw = tiles_of<BITS, R>(a, item, w, 0, valid);
+    if (valid)
+#pragma unroll
+      for (int e = 0; e < V; ++e) finish<R>(a, tw, row0 + e, i, val[e], ss);
   }
   __syncthreads();  // every thread has read the x^2 sums before they are zeroed
   if constexpr (R == 1)

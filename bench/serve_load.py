@@ -113,7 +113,8 @@ def main():
     ap.add_argument("--server-args", default="--max-batch 64", help="extra flags for lithe serve")
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--requests", type=int, default=1000)
-    ap.add_argument("--single", type=int, default=8, help="sequential requests for the single-stream rate")
+    ap.add_argument("--warmup", type=int, default=4, help="sequential requests sent first and not counted")
+    ap.add_argument("--single", type=int, default=16, help="sequential requests for the single-stream rate")
     ap.add_argument("--max-tokens", type=int, default=64, help="each request asks for U(max/2, max) tokens")
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--deadline", type=float, default=900, help="seconds for the whole load phase")
@@ -139,7 +140,10 @@ def main():
     import urllib.request
     model = json.loads(urllib.request.urlopen(url + "/v1/models").read())["data"][0]["id"]
     try:
-        # Single stream: one request at a time, generated tokens over wall time.
+        # Warm-up (a fresh server's first requests pay for page faults and cold caches), then the
+        # single stream: one request at a time, generated tokens over wall time.
+        if a.warmup > 0:
+            asyncio.run(run_load(u.hostname, u.port, model, a.warmup, 1, a.max_tokens, a.temperature, 3, a.deadline))
         single = asyncio.run(run_load(u.hostname, u.port, model, a.single, 1, a.max_tokens, a.temperature, 1,
                                       a.deadline))
         s_ok = [r for r in single[0] if r[0]]

@@ -119,13 +119,14 @@ struct Shape3 {
 };
 
 // Every m x n_out pair of the brief, n_in cycling through block-aligned sizes (ragged tails of the
-// 128- and 64-value chunks included); large products shrink n_in to keep the scalar reference fast.
+// 128- and 64-value chunks included; 800 and 416 end in 9 and 13 of the 16 groups of an AVX-512
+// q4_1 / q8_0 superchunk); large products shrink n_in to keep the scalar reference fast.
 std::vector<Shape3> linear_shapes(DType t) {
   const int64_t ms[] = {1, 2, 3, 5, 17, 64, 118};
   const int64_t outs[] = {1, 3, 17, 118, 576, 1536};
   std::vector<int64_t> ins;
   if (is_k(t)) ins = {256, 512, 768, 1536};
-  else if (dtype_traits(t).is_block) ins = {32, 96, 160, 576, 1536, 64, 224};
+  else if (dtype_traits(t).is_block) ins = {32, 96, 160, 576, 1536, 64, 224, 800, 416};
   else ins = {7, 33, 100, 576, 1536, 17, 64};
   std::vector<Shape3> out;
   size_t k = 0;

@@ -1,6 +1,7 @@
 """Load test of `lithe serve` on loopback: C concurrent streaming clients send R requests in all
 (default 64 and 1000) to /v1/completions; checks that none fails or is lost, and reports the
-aggregate generated tokens/s against the single-stream rate measured on the same server first,
+aggregate generated tokens/s against the single-stream rate measured on the same server first
+(after --warmup requests that are not counted),
 plus time to first token and inter-token latency percentiles (p50/p90/p99).
 
     .venv/bin/python bench/serve_load.py --model models/SmolLM2-135M-Instruct.Q4_1.gguf \

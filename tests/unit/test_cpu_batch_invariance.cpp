@@ -116,14 +116,14 @@ struct GgufCase {
 };
 
 // n_in: ragged tails of the float vectors (kVF 8 / 16), of the legacy chunks (64 / 128 values:
-// 160, 576), of the AVX-512 superchunks of q4_1 / q8_0 (512 values: a last one of <= 8 groups,
-// 160 and 576, of 9-15 groups, 800 and 416, none, 1024) and an odd number of k-quant super-blocks /
-// units (768).
+// 160, 576), of the AVX-512 superchunks of q4_1 (512 values: a last one of <= 8 groups, 160 and
+// 576, of 9-15 groups, 800 and 416, none, 1024) and an odd number of k-quant super-blocks / units
+// (768).
 const GgufCase kGguf[] = {
     {DType::f32, 37, 200},   {DType::f32, 83, 576},   {DType::f16, 37, 200},   {DType::f16, 83, 100},
     {DType::bf16, 37, 200},  {DType::bf16, 83, 100},  {DType::q4_0, 37, 160},  {DType::q4_0, 83, 576},
-    {DType::q4_1, 37, 160},  {DType::q4_1, 83, 576},  {DType::q4_1, 21, 800},  {DType::q4_1, 19, 1024},
-    {DType::q8_0, 37, 160},  {DType::q8_0, 83, 576},  {DType::q8_0, 21, 416},  {DType::q8_0, 19, 1024},
+    {DType::q4_1, 37, 160},  {DType::q4_1, 83, 576},  {DType::q4_1, 21, 800},  {DType::q4_1, 17, 416},
+    {DType::q4_1, 19, 1024}, {DType::q8_0, 37, 160},  {DType::q8_0, 83, 576},
     {DType::q4_k, 37, 768},  {DType::q4_k, 83, 512},  {DType::q6_k, 37, 768},  {DType::q6_k, 83, 512},
 };
 

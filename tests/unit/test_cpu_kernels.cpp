@@ -120,7 +120,7 @@ struct Shape3 {
 
 // Every m x n_out pair of the brief, n_in cycling through block-aligned sizes (ragged tails of the
 // 128- and 64-value chunks included; 800 and 416 end in 9 and 13 of the 16 groups of an AVX-512
-// q4_1 / q8_0 superchunk); large products shrink n_in to keep the scalar reference fast.
+// q4_1 superchunk); large products shrink n_in to keep the scalar reference fast.
 std::vector<Shape3> linear_shapes(DType t) {
   const int64_t ms[] = {1, 2, 3, 5, 17, 64, 118};
   const int64_t outs[] = {1, 3, 17, 118, 576, 1536};

@@ -1,7 +1,7 @@
 """Load test of `lithe serve` on loopback: C concurrent streaming clients send R requests in all
 (default 64 and 1000) to /v1/completions; checks that none fails or is lost, and reports the
-aggregate generated tokens/s against the single-stream rate measured on the same server first
-(after --warmup requests that are not counted),
+aggregate generated tokens/s against the single-stream rate measured on the same server before and
+after the load (after --warmup requests that are not counted; --single requests each time),
 plus time to first token and inter-token latency percentiles (p50/p90/p99).
 
     .venv/bin/python bench/serve_load.py --model models/SmolLM2-135M-Instruct.Q4_1.gguf \
@@ -115,7 +115,7 @@ def main():
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--warmup", type=int, default=4, help="sequential requests sent first and not counted")
-    ap.add_argument("--single", type=int, default=16, help="sequential requests for the single-stream rate")
+    ap.add_argument("--single", type=int, default=16, help="sequential requests for the single-stream rate, before and after the load")
     ap.add_argument("--max-tokens", type=int, default=64, help="each request asks for U(max/2, max) tokens")
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--deadline", type=float, default=900, help="seconds for the whole load phase")
@@ -145,14 +145,22 @@ def main():
         # single stream: one request at a time, generated tokens over wall time.
         if a.warmup > 0:
             asyncio.run(run_load(u.hostname, u.port, model, a.warmup, 1, a.max_tokens, a.temperature, 3, a.deadline))
-        single = asyncio.run(run_load(u.hostname, u.port, model, a.single, 1, a.max_tokens, a.temperature, 1,
-                                      a.deadline))
-        s_ok = [r for r in single[0] if r[0]]
-        single_rate = sum(r[5] for r in s_ok) / single[1]
-        print(f"single stream: {len(s_ok)}/{a.single} ok, {sum(r[5] for r in s_ok)} tokens in {single[1]:.1f} s "
-              f"= {single_rate:.1f} tok/s", flush=True)
+        # The single stream is timed before and after the load phase (the same requests) and its rate
+        # is their tokens over their time: on a shared host a drift during the run then moves both
+        # sides of the ratio, not just one.
+        def single_stream(when):
+            res, secs = asyncio.run(run_load(u.hostname, u.port, model, a.single, 1, a.max_tokens, a.temperature,
+                                             1, a.deadline))
+            toks = sum(r[5] for r in res if r[0])
+            print(f"single stream {when}: {sum(1 for r in res if r[0])}/{a.single} ok, {toks} tokens in {secs:.1f} s "
+                  f"= {toks / secs:.1f} tok/s", flush=True)
+            return toks, secs
+
+        single = [single_stream("before")]
         results, wall = asyncio.run(run_load(u.hostname, u.port, model, a.requests, a.clients, a.max_tokens,
                                              a.temperature, 2, a.deadline))
+        single.append(single_stream("after"))
+        single_rate = sum(t for t, _ in single) / sum(s for _, s in single)
     finally:
         if proc:
             proc.terminate()
@@ -167,6 +175,7 @@ def main():
         "lost": a.requests - len(results), "generated_tokens": tokens, "wall_seconds": round(wall, 2),
         "aggregate_tokens_per_second": round(tokens / wall, 1),
         "single_stream_tokens_per_second": round(single_rate, 1),
+        "single_stream_before_after": [round(t / s, 1) for t, s in single],
         "speedup_vs_single_stream": round(tokens / wall / single_rate, 2),
         "ttft_seconds": {f"p{p}": round(pct(ttft, p), 4) for p in (50, 90, 99)},
         "inter_token_seconds": {f"p{p}": round(pct(itl, p), 4) for p in (50, 90, 99)},

@@ -65,7 +65,7 @@ struct Engine::Seq {
   std::optional<KvCache> cache;  // while admitted: a paged cache in the pool (its blocks go back with it)
   int64_t blocks() const { return cache ? static_cast<int64_t>(cache->blocks().size()) : 0; }
   std::optional<std::mt19937_64> rng;  // seeded once; kept through preemption
-  std::vector<std::pair<float, int32_t>> scratch;
+  SampleScratch scratch;
   std::optional<TextStream> text;
   Clock::time_point arrival, last_token;
   int64_t generated() const { return static_cast<int64_t>(tokens.size() - req.prompt.size()); }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <utility>
@@ -99,6 +100,36 @@ TEST(CpuOps, SiluMulAndAdd) {
       std::vector<float> a = g;
       add_inplace(a.data(), u.data(), n);
       for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], g[i] + u[i]);
+    }
+  }
+}
+
+TEST(CpuOps, SoftmaxWeightsAgainstExpInDouble) {
+  IsaRestore restore;
+  std::mt19937 rng(4);
+  for (Isa isa : available_isas()) {
+    force_isa(isa);
+    for (int64_t n : {1, 7, 16, 255, 256, 257, 1000, 49152}) {
+      for (float scale : {1.0f, 1.25f, 10.0f}) {
+        auto x = randn(static_cast<size_t>(n), rng, 4.0f);
+        if (n > 3) x[1] = 9.0f, x[2] = -1e30f, x[3] = -std::numeric_limits<float>::infinity();
+        const float want_max = *std::max_element(x.begin(), x.end());
+        std::vector<float> w = x;
+        std::vector<float> sums(static_cast<size_t>((n + kSoftmaxBlock - 1) / kSoftmaxBlock), -1.0f);
+        ASSERT_EQ(softmax_weights(w.data(), n, scale, sums.data()), want_max) << isa_name(isa);
+        for (size_t b = 0; b < sums.size(); ++b) {
+          double want_sum = 0;
+          for (size_t i = b * kSoftmaxBlock; i < std::min(x.size(), (b + 1) * kSoftmaxBlock); ++i) {
+            const float d = (x[i] - want_max) * scale;  // as the kernels round it
+            const double want = d > -87.0f ? std::exp(static_cast<double>(d)) : 0.0;
+            ASSERT_NEAR(w[i], want, 3e-7 * want)
+                << isa_name(isa) << " n=" << n << " i=" << i << " x=" << x[i];
+            want_sum += want;
+          }
+          // an f32 sum of <= 256 terms
+          EXPECT_NEAR(sums[b], want_sum, 2e-5 * want_sum + 1e-37) << isa_name(isa) << " n=" << n << " block " << b;
+        }
+      }
     }
   }
 }

@@ -1,14 +1,19 @@
 // lithe serve's parts without HTTP: TextStream (stop strings while streaming),
 // OpenAI request parsing, metrics text, and the Engine on the default model (batched greedy text
-// equals solo text, also through preemption; cancellation frees the blocks).
+// equals solo text, also through preemption; cancellation frees the blocks), and sample_token's draws.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <random>
 
 #include "lithe/decode/text_stream.h"
+#include "lithe/kernels/cpu.h"
 #include "lithe/serve/api.h"
 #include "lithe/serve/engine.h"
 #include "lithe/serve/metrics.h"
+#include "lithe/serve/sampling.h"
 
 namespace lithe::serve {
 namespace {
@@ -189,6 +194,52 @@ TEST(ServeApi, ErrorsNameTheParameter) {
 
 TEST(ServeApi, JsonOfInvalidUtf8IsStillJson) {
   EXPECT_EQ(dump(nlohmann::json("a\xff")), "\"a\xEF\xBF\xBD\"");
+}
+
+// Draws from sample_token against the tempered softmax computed in double: each token's frequency
+// within 5 standard deviations of its probability, over a vocabulary of many blocks whose likely
+// tokens sit at block edges and in the last, partial block; top_p keeps only the nucleus.
+TEST(ServeSampling, DrawsFollowTheTemperedDistribution) {
+  const int64_t vocab = 3 * cpu::kSoftmaxBlock + 17;
+  std::vector<float> logits(static_cast<size_t>(vocab), -4.0f);
+  const std::vector<std::pair<int32_t, float>> likely = {{0, 2.0f},   {255, 1.5f},  {256, 1.0f},
+                                                         {511, 0.5f}, {700, 1.8f}, {static_cast<int32_t>(vocab - 1), 1.2f}};
+  for (auto [id, l] : likely) logits[static_cast<size_t>(id)] = l;
+  for (float top_p : {1.0f, 0.7f}) {
+    SamplingParams p;
+    p.temperature = 0.8f;
+    p.top_p = top_p;
+    std::vector<double> prob(logits.size());
+    double z = 0;
+    for (size_t i = 0; i < logits.size(); ++i) z += prob[i] = std::exp(static_cast<double>(logits[i]) / p.temperature);
+    for (double& q : prob) q /= z;
+    if (top_p < 1.0f) {  // the nucleus: most likely first until the mass reaches top_p
+      std::vector<size_t> ids(prob.size());
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = i;
+      std::stable_sort(ids.begin(), ids.end(), [&](size_t a, size_t b) { return prob[a] > prob[b]; });
+      double mass = 0, kept = 0;
+      size_t keep = 0;
+      while (mass < top_p) mass += prob[ids[keep++]];
+      for (size_t k = 0; k < keep; ++k) kept += prob[ids[k]];
+      std::vector<double> nucleus(prob.size(), 0.0);
+      for (size_t k = 0; k < keep; ++k) nucleus[ids[k]] = prob[ids[k]] / kept;
+      prob = nucleus;
+    }
+    std::mt19937_64 rng(5);
+    SampleScratch scratch;
+    const int draws = 200000;
+    std::vector<int> count(logits.size(), 0);
+    for (int d = 0; d < draws; ++d) {
+      std::vector<float> row = logits;
+      const int32_t id = sample_token(row, p, {}, rng, scratch);
+      ASSERT_TRUE(id >= 0 && id < vocab) << id;
+      count[static_cast<size_t>(id)]++;
+    }
+    for (size_t i = 0; i < prob.size(); ++i) {
+      const double want = prob[i] * draws, sd = std::sqrt(draws * prob[i] * (1 - prob[i]));
+      ASSERT_NEAR(count[i], want, 5 * sd + 1e-9) << "token " << i << " top_p " << top_p;
+    }
+  }
 }
 
 TEST(ServeMetrics, PrometheusText) {

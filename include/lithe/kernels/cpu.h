@@ -107,6 +107,14 @@ void silu_mul(float* gate, const float* up, int64_t n);
 // y[i] += x[i]
 void add_inplace(float* y, const float* x, int64_t n);
 
+// Tempered softmax weights of one logits row, for sampling (on the calling thread: sequences are
+// sampled in parallel): returns m = max(x) and overwrites x[i] with exp((x[i] - m) * scale), 0 where
+// (x[i] - m) * scale <= -87 or is NaN; sums[b] = the sum of x over block b, elements
+// [b * kSoftmaxBlock, (b + 1) * kSoftmaxBlock), for ceil(n / kSoftmaxBlock) blocks. Weights within
+// ~2 ulp of exp (the kernels' polynomial); the same bits on every call for a given ISA.
+inline constexpr int64_t kSoftmaxBlock = 256;
+float softmax_weights(float* x, int64_t n, float scale, float* sums);
+
 // Rotary position embedding on x[n_tokens][n_heads][head_dim], token t at position pos[t].
 // interleaved: pairs (2i, 2i+1) (GGUF "llama" weights); half: pairs (i, i + rot_dim/2) (HF layout,
 // qwen2). Pair i turns by the angle pos * inv_freq[i], computed in double so that long positions

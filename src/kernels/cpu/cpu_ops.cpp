@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string_view>
@@ -266,6 +267,11 @@ void silu_mul(float* gate, const float* up, int64_t n) {
   pool.parallel_for((n + 63) / 64, 1, [&](int64_t b, int64_t e) {
     t.silu_mul(gate + 64 * b, up + 64 * b, std::min(64 * e, n) - 64 * b);
   });
+}
+
+float softmax_weights(float* x, int64_t n, float scale, float* sums) {
+  if (n <= 0) return -std::numeric_limits<float>::infinity();
+  return table().softmax_weights(x, n, scale, sums);
 }
 
 void add_inplace(float* y, const float* x, int64_t n) {

@@ -77,6 +77,7 @@ struct KernelTable {
   void (*rmsnorm_rows)(const float* x, const float* w, float eps, int64_t n, int64_t r0, int64_t r1, float* y);
   void (*silu_mul)(float* gate, const float* up, int64_t n);
   void (*add)(float* y, const float* x, int64_t n);
+  float (*softmax_weights)(float* x, int64_t n, float scale, float* sums);
   // Tokens [t0, t1) of rope(); style 0 interleaved, 1 half. angles: null (computed per token) or
   // a rope_angles() table to look them up in.
   void (*rope_tokens)(float* x, int64_t t0, int64_t t1, int64_t n_heads, int64_t head_dim, const int32_t* pos,

@@ -2,7 +2,9 @@
 // quantization, natural element order) behind the kernel table, so that the entry points thread
 // them like the SIMD sets. Used on CPUs without AVX2/FMA/F16C and when LITHE_ISA=scalar. Every
 // output is one dot product on its own, so the results do not depend on m (batch invariance).
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/ref/cpu_ref.h"
@@ -46,6 +48,20 @@ void add(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
+float softmax_weights(float* x, int64_t n, float scale, float* sums) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+  for (int64_t b0 = 0; b0 < n; b0 += kSoftmaxBlock) {
+    float s = 0.0f;
+    for (int64_t i = b0; i < std::min(n, b0 + kSoftmaxBlock); ++i) {
+      const float d = (x[i] - mx) * scale;
+      s += x[i] = d > -87.0f ? std::exp(d) : 0.0f;
+    }
+    sums[b0 / kSoftmaxBlock] = s;
+  }
+  return mx;
+}
+
 void rope_tokens(float* x, int64_t t0, int64_t t1, int64_t n_heads, int64_t head_dim, const int32_t* pos,
                  const float* inv_freq, int64_t rot_dim, int style, const float* angles) {
   const int64_t half = rot_dim / 2;
@@ -78,7 +94,7 @@ void attention_items(const AttentionArgs& a, int64_t q_block, int64_t i0, int64_
 
 const KernelTable kTable = {
     Isa::scalar, act_row_bytes, quantize_acts, linear_row_grain, linear_scratch_bytes,     linear_rows,
-    rmsnorm_rows, silu_mul,     add,           rope_tokens,      attention_scratch_floats, attention_items,
+    rmsnorm_rows, silu_mul,     add,           softmax_weights,  rope_tokens,      attention_scratch_floats, attention_items,
     gq_prepare_acts_scalar, gq_scratch_bytes_scalar, gq_linear_rows_scalar,
 };
 

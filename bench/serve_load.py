@@ -141,12 +141,11 @@ def main():
     import urllib.request
     model = json.loads(urllib.request.urlopen(url + "/v1/models").read())["data"][0]["id"]
     try:
-        # Warm-up (a fresh server's first requests pay for page faults and cold caches), then the
-        # single stream: one request at a time, generated tokens over wall time.
+        # Warm-up: a fresh server's first requests pay for page faults and cold caches.
         if a.warmup > 0:
             asyncio.run(run_load(u.hostname, u.port, model, a.warmup, 1, a.max_tokens, a.temperature, 3, a.deadline))
-        # The single stream is timed before and after the load phase (the same requests) and its rate
-        # is their tokens over their time: on a shared host a drift during the run then moves both
+        # The single stream (one request at a time) is timed before and after the load phase (the same
+        # requests) and its rate is their generated tokens over their wall time: on a shared host a drift during the run then moves both
         # sides of the ratio, not just one.
         def single_stream(when):
             res, secs = asyncio.run(run_load(u.hostname, u.port, model, a.single, 1, a.max_tokens, a.temperature,

@@ -7,6 +7,7 @@
 #include "lithe/core/log.h"
 #include "lithe/core/thread_pool.h"
 #include "lithe/decode/text_stream.h"
+#include "lithe/kernels/cpu.h"
 #include "lithe/serve/sampling.h"
 
 namespace lithe::serve {
@@ -384,9 +385,10 @@ void Engine::sample(Seq& s, std::span<float> row, Event& ev) {
   std::vector<float> raw;
   if (s.req.top_logprobs >= 0) {  // log-probabilities of the model's own distribution (before penalties)
     raw.assign(row.begin(), row.end());
-    const float mx = *std::max_element(raw.begin(), raw.end());
+    std::vector<float> w = raw, sums(static_cast<size_t>((raw.size() + cpu::kSoftmaxBlock - 1) / cpu::kSoftmaxBlock));
+    const float mx = cpu::softmax_weights(w.data(), static_cast<int64_t>(w.size()), 1.0f, sums.data());
     double sum = 0;
-    for (float l : raw) sum += std::exp(static_cast<double>(l - mx));
+    for (float b : sums) sum += b;
     lse = static_cast<double>(mx) + std::log(sum);
   }
   const std::span<const int32_t> generated(s.tokens.data() + s.req.prompt.size(),

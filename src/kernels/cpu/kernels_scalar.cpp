@@ -93,9 +93,10 @@ void attention_items(const AttentionArgs& a, int64_t q_block, int64_t i0, int64_
 }
 
 const KernelTable kTable = {
-    Isa::scalar, act_row_bytes, quantize_acts, linear_row_grain, linear_scratch_bytes,     linear_rows,
-    rmsnorm_rows, silu_mul,     add,           softmax_weights,  rope_tokens,      attention_scratch_floats, attention_items,
-    gq_prepare_acts_scalar, gq_scratch_bytes_scalar, gq_linear_rows_scalar,
+    Isa::scalar,     act_row_bytes, quantize_acts,            linear_row_grain, linear_scratch_bytes,
+    linear_rows,     rmsnorm_rows,  silu_mul,                 add,              softmax_weights,
+    rope_tokens,     attention_scratch_floats, attention_items, gq_prepare_acts_scalar, gq_scratch_bytes_scalar,
+    gq_linear_rows_scalar,
 };
 
 }  // namespace

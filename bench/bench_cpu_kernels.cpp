@@ -17,6 +17,8 @@
 //   smollm2/decode/*    (suffix /split_always, /split_never: force_split) the 211 linears of one SmolLM2-135M token (30 layers x q,k,v,o,gate,up,down
 //                       in q4_1 + the 49152x576 q8_0 head), distinct weights (~92 MB): tokens/s of
 //                       the linear layers alone. smollm2/prefill/*: the same at m = 512 (per token).
+//   smollm2/batch64[+layouts]/*  one server step of 64 sequences: the same linears and the head at
+//                       m = 64, without / with the weights' batch layout (cpu::with_batch_layout).
 //   attention/*         SmolLM2 heads (9 q / 3 kv, dim 64): decode at 512 cached, prefill of 512.
 // Run: build/bin/bench_cpu_kernels --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
@@ -294,20 +296,25 @@ Model& smollm2() {
   return model;
 }
 
-// split: nullopt = the measured policy; true / false = always / never split over the pool.
-void BM_smollm2(benchmark::State& st, int64_t m, cpu::Isa isa, std::optional<bool> split) {
-  cpu::force_isa(isa);
-  cpu::force_split(split);
-  Model& md = smollm2();
+// The timed loop: every linear at m rows, then the head at head_m.
+void time_linears(benchmark::State& st, const Model& md, int64_t m, int64_t head_m) {
   const auto x = random_acts(m * 1536, 3);
   std::vector<float> y(static_cast<size_t>(m * 49152));
   for (auto _ : st) {
     for (const Layer& ly : md.layers)
       for (const Tensor* t : {&ly.q, &ly.k, &ly.v, &ly.o, &ly.gate, &ly.up, &ly.down})
         (void)cpu::linear(*t, x.data(), m, y.data());
-    (void)cpu::linear(md.head, x.data(), m == 1 ? 1 : 1, y.data());  // logits of the last token only
+    (void)cpu::linear(md.head, x.data(), head_m, y.data());
     benchmark::DoNotOptimize(y.data());
   }
+}
+
+// split: nullopt = the measured policy; true / false = always / never split over the pool.
+void BM_smollm2(benchmark::State& st, int64_t m, cpu::Isa isa, std::optional<bool> split) {
+  cpu::force_isa(isa);
+  cpu::force_split(split);
+  Model& md = smollm2();
+  time_linears(st, md, m, 1);  // logits of the last token only
   cpu::force_split(std::nullopt);
   st.counters["tok/s"] = benchmark::Counter(static_cast<double>(m), benchmark::Counter::kIsIterationInvariantRate);
   if (m == 1) {
@@ -317,6 +324,22 @@ void BM_smollm2(benchmark::State& st, int64_t m, cpu::Isa isa, std::optional<boo
                          2.0 * 49152 * 576;
     st.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   }
+}
+
+// One batched decode step of the server: the same linears and the head at m sequences, the weights
+// as loaded (each batched call decodes its blocks into scratch) or with a batch layout (decoded
+// once, at load: cpu::with_batch_layout, serve's default).
+void BM_smollm2_batch(benchmark::State& st, int64_t m, cpu::Isa isa, bool layouts) {
+  cpu::force_isa(isa);
+  Model md = smollm2();
+  if (layouts) {
+    auto lay = [](Tensor& t) { t = cpu::with_batch_layout(t).value(); };
+    for (Layer& ly : md.layers)
+      for (Tensor* t : {&ly.q, &ly.k, &ly.v, &ly.o, &ly.gate, &ly.up, &ly.down}) lay(*t);
+    lay(md.head);
+  }
+  time_linears(st, md, m, m);
+  st.counters["tok/s"] = benchmark::Counter(static_cast<double>(m), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // ---- attention --------------------------------------------------------------------------------
@@ -421,6 +444,11 @@ void register_all() {
       benchmark::RegisterBenchmark(("smollm2/prefill512/" + in).c_str(), BM_smollm2, 512, isa, std::nullopt)
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
+      for (bool layouts : {false, true})
+        benchmark::RegisterBenchmark(("smollm2/batch64" + std::string(layouts ? "+layouts/" : "/") + in).c_str(),
+                                     BM_smollm2_batch, 64, isa, layouts)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
     }
     for (DType kv : {DType::f32, DType::f16}) {
       const std::string k = std::string(lithe::dtype_name(kv));

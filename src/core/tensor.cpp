@@ -162,9 +162,16 @@ Result<Tensor> Tensor::slice_rows(int64_t begin, int64_t end) const {
     return error(StatusCode::invalid_argument, "elements [{}, {}) of {} do not start and end on {}-element blocks",
                  begin, end, describe(), block);
   Tensor t = *this;
+  t.batch_.reset();
   t.offset_ += static_cast<size_t>(begin * strides_[0]);
   t.shape_[0] = end - begin;
   if (ndim() == 1) t.offset_ = offset_ + static_cast<size_t>(elems_to_bytes(dtype_, begin));
+  return t;
+}
+
+Tensor Tensor::with_batch_layout(BatchLayout b) const {
+  Tensor t = *this;
+  t.batch_ = std::make_shared<const BatchLayout>(std::move(b));
   return t;
 }
 

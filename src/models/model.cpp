@@ -80,6 +80,23 @@ class WeightReader {
 
 }  // namespace
 
+namespace {
+// LoadOptions::batch_layouts: the head and every linear of every layer.
+Status add_batch_layouts(Backend& backend, ModelWeights& w) {
+  size_t extra = 0;
+  auto add = [&](Tensor& t) -> Status {
+    LITHE_ASSIGN(t, backend.add_batch_layout(t));
+    if (const BatchLayout* b = t.batch_layout()) extra += b->buffer->size();
+    return Status::ok();
+  };
+  LITHE_TRY(add(w.output));
+  for (LayerWeights& L : w.layers)
+    for (Tensor* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) LITHE_TRY(add(*t));
+  if (extra > 0) log::info("batch layouts of the weights: {:.1f} MiB", static_cast<double>(extra) / (1 << 20));
+  return Status::ok();
+}
+}  // namespace
+
 Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOptions& options) {
   std::unique_ptr<Model> m(new Model());
   m->path_ = path;
@@ -184,6 +201,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
     LITHE_TRY(load(L.w_down, nm("ffn_down.weight"), {c.d_model, c.d_ff}));
   }
   if (unpacked > 1) log::warn("{} compressed linears were dequantized at load", unpacked);
+  if (options.batch_layouts) LITHE_TRY(add_batch_layouts(*m->backend_, w));
   return m;
 }
 

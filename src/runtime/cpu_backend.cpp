@@ -27,6 +27,7 @@ class CpuBackend final : public Backend {
     return w;  // zero-copy: kernels read the mapped file directly
   }
   Result<Tensor> prepare_quantized(const gq::Matrix& m) override { return cpu::pack_gq(m); }
+  Result<Tensor> add_batch_layout(const Tensor& w) override { return cpu::with_batch_layout(w); }
 
   Status embedding(const Tensor& table, const int32_t* ids, int64_t n, Tensor& out) override {
     const int64_t vocab = table.dim(0), d = table.dim(1);

@@ -10,10 +10,12 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "lithe/core/file_util.h"
+#include "lithe/kernels/cpu.h"
 #include "lithe/models/model.h"
 
 using namespace lithe;
@@ -157,6 +159,28 @@ TEST(ModelGolden, NativeQ4_1MatchesLlamaCpp) {
     EXPECT_GE(same, 1u) << g["prompt"];
   }
   std::printf("greedy continuations identical to llama.cpp: %d of %zu\n", identical, golden["greedy"].size());
+}
+
+// LoadOptions::batch_layouts (the server's): the linears and the head get the CPU kernels' batch
+// layout, and a prompt's logits (its prefill: the matrix-matrix path) keep every bit.
+TEST(ModelGolden, BatchLayoutsKeepEveryLogit) {
+  if (!have_model()) GTEST_SKIP() << "default model not present";
+  LoadOptions lo;
+  lo.batch_layouts = true;
+  auto plain = Model::load(model_path()), laid = Model::load(model_path(), lo);
+  ASSERT_TRUE(plain.is_ok() && laid.is_ok());
+  const ModelWeights& w = (*laid)->weights();
+  const bool kernels_pack = cpu::active_isa() != cpu::Isa::scalar;
+  EXPECT_EQ(kernels_pack, w.output.batch_layout() != nullptr);
+  EXPECT_EQ(kernels_pack, w.layers.back().w_down.batch_layout() != nullptr);
+  EXPECT_EQ(nullptr, w.tok_embd.batch_layout());  // the embedding is read by rows, not multiplied
+  const std::vector<int32_t> prompt = {1, 504, 3458, 282, 4649, 314, 28, 3, 17, 16, 1040, 42};
+  std::vector<float> a, b;
+  auto ca = (*plain)->new_cache(64), cb = (*laid)->new_cache(64);
+  ASSERT_TRUE((*plain)->forward(*ca, prompt, true, a).is_ok());
+  ASSERT_TRUE((*laid)->forward(*cb, prompt, true, b).is_ok());
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
 }
 
 TEST(ModelGolden, BatchedSequencesMatchSeparateRuns) {

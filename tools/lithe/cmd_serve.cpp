@@ -43,6 +43,11 @@ Status run(Options& o) {
 void setup(CLI::App& sub, Runner& runner) {
   auto o = std::make_shared<Options>();
   o->model.add(sub, 2048);
+  o->model.batch_layouts = true;
+  sub.add_option("--batch-layouts", o->model.batch_layouts,
+                 "keep the weights also in the CPU matrix-matrix kernels' layout, so that batched steps do not decode "
+                 "them on every call (q4_1: twice its bytes more); off saves that memory")
+      ->capture_default_str();
   auto& s = o->server;
   sub.add_option("--host", s.host, "address to listen on (0.0.0.0: every interface)")->capture_default_str();
   sub.add_option("--port", s.port, "TCP port (0: any free port, printed on start)")->capture_default_str()->check(

@@ -20,6 +20,7 @@ struct ModelOptions {
   bool dequantize = false;
   int64_t ctx = 0;  // 0: the command's default
   std::string kv_type = "f32";
+  bool batch_layouts = false;  // LoadOptions::batch_layouts (serve: --batch-layouts, on)
 
   void add(CLI::App& app, int64_t default_ctx, bool model_required = true) {
     ctx = default_ctx;
@@ -35,6 +36,7 @@ struct ModelOptions {
     LoadOptions lo;
     lo.device = d;
     lo.dequantize = dequantize;
+    lo.batch_layouts = batch_layouts;
     return Model::load(model, lo);
   }
   Result<DType> kv_dtype() const {

@@ -18,6 +18,15 @@ namespace lithe {
 using Shape = std::vector<int64_t>;
 std::string shape_str(const Shape& s);  // "[576, 1536]"
 
+// A second copy of a weight matrix's values in the layout one kernel set's matrix-matrix path
+// reads (CPU: decoded records, so batched calls do not decode the blocks again on every call),
+// made at load by Backend::add_batch_layout. `layout` names that layout: a kernel set that did not
+// make it ignores the copy.
+struct BatchLayout {
+  BufferPtr buffer;
+  int layout = 0;
+};
+
 class Tensor {
  public:
   Tensor() = default;
@@ -43,6 +52,10 @@ class Tensor {
   size_t offset() const { return offset_; }
   // The layout of a gq tensor's bytes; null for every other dtype.
   const PackedWeight* packed() const { return packed_.get(); }
+  // The matrix-matrix copy attached by with_batch_layout; null when there is none. reshape,
+  // slice_rows and to() drop it (their results hold other rows or live elsewhere).
+  const BatchLayout* batch_layout() const { return batch_.get(); }
+  Tensor with_batch_layout(BatchLayout b) const;
 
   void* data();
   const void* data() const;
@@ -65,6 +78,7 @@ class Tensor {
   Shape shape_;
   std::vector<int64_t> strides_;
   std::shared_ptr<const PackedWeight> packed_;  // dtype gq only
+  std::shared_ptr<const BatchLayout> batch_;
 };
 
 // Contiguous byte strides for a shape (last stride 0 for block dtypes).

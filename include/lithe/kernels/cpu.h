@@ -54,6 +54,12 @@ void force_split(std::optional<bool> always);
 // through the activation block sums) or kept in f32; see gq_acts().
 bool linear_supports(DType w);
 Status linear(const Tensor& w, const float* x, int64_t m, float* y);
+// w with a BatchLayout attached: its block rows decoded once, now, into the records the active
+// ISA's matrix-matrix kernels read (m > 4), which otherwise decode them into scratch on every call.
+// The records are larger than the blocks (q4_1 on AVX-512: 1.25 bytes a weight, 2x the blocks;
+// q8_0: 1.5 bytes, 1.4x). Results are bit-identical with and without. w itself is returned when
+// the active ISA keeps no such layout for its dtype (float weights, the scalar kernels).
+Result<Tensor> with_batch_layout(const Tensor& w);
 
 // ---- group-quantized (gq) weights ----------------------------------------------------------------
 // pack_gq lays a canonical gq::Matrix out once, at load, as a host tensor of DType::gq whose

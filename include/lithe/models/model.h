@@ -41,6 +41,9 @@ struct LoadOptions {
   // A compressed checkpoint's quantized linears run packed, through the backend's gq kernels
   // (Backend::prepare_quantized); false, or a matrix no kernel runs: dequantized at load.
   bool packed_linears = true;
+  // The linears (and the output head) also get the backend's batch layout (Backend::add_batch_layout):
+  // faster batched steps for more memory (CPU q4_1: 2x its bytes). For serving.
+  bool batch_layouts = false;
 };
 
 struct SequenceInput {

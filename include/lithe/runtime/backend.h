@@ -66,6 +66,10 @@ class Backend {
   // message naming the dtype when the backend cannot run it.
   virtual bool supports_weight(DType dtype) const = 0;
   virtual Result<Tensor> prepare_weight(const Tensor& host_weight) = 0;
+  // A prepared linear weight for a model that runs many sequences at once (the server): the
+  // backend may attach a second copy in its matrix-matrix kernels' layout (Tensor::BatchLayout),
+  // trading memory for not decoding blocks on every batched call. Default: w unchanged.
+  virtual Result<Tensor> add_batch_layout(const Tensor& w) { return w; }
   // A group-quantized matrix (a compressed checkpoint's linear) packed once for this backend's gq
   // kernels: a gq tensor on its device that linear() and the fused ops accept. unsupported (the
   // message naming the format and shape) when no kernel here runs it; the loader then dequantizes it.

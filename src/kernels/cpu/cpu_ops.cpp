@@ -207,6 +207,43 @@ void force_gq_acts(std::optional<GqActs> mode) {
   g_forced_gq_acts.store(mode ? static_cast<int>(*mode) : -1, std::memory_order_relaxed);
 }
 
+namespace {
+// BatchLayout::layout of the records made by table t (one per ISA: each lays its records out its own way).
+int batch_layout_id(const KernelTable& t) { return 0x4c430000 + static_cast<int>(t.isa); }
+
+// A job over the (checked) weight w; the activation fields left empty.
+LinearJob weight_job(const Tensor& w, WKind kind) {
+  LinearJob j{};
+  j.kind = kind;
+  j.w = static_cast<const uint8_t*>(w.data());
+  j.row_bytes = w.strides()[0];
+  j.n_out = w.dim(0);
+  j.n_in = w.dim(1);
+  return j;
+}
+
+// The batch layout rows of w for table t, or null (none, or made by another ISA's kernels).
+const uint8_t* batch_rows(const KernelTable& t, const Tensor& w) {
+  const BatchLayout* b = w.batch_layout();
+  if (b == nullptr || b->layout != batch_layout_id(t)) return nullptr;
+  return static_cast<const uint8_t*>(b->buffer->data());
+}
+}  // namespace
+
+Result<Tensor> with_batch_layout(const Tensor& w) {
+  if (!w.defined() || w.dtype() == DType::gq) return w;
+  WKind kind{};
+  LITHE_TRY(ref_detail::check_linear(w, nullptr, 0, nullptr, kind));
+  const KernelTable& t = table();
+  const int64_t row_bytes = t.batch_row_bytes(kind, w.dim(1));
+  if (row_bytes == 0) return w;
+  const LinearJob j = weight_job(w, kind);
+  LITHE_ASSIGN(BufferPtr buf, alloc_host(static_cast<size_t>(row_bytes * j.n_out)));
+  auto* dst = static_cast<uint8_t*>(buf->data());
+  global_pool().parallel_for(j.n_out, 64, [&](int64_t b, int64_t e) { t.pack_weight_rows(j, b, e, dst); });
+  return w.with_batch_layout(BatchLayout{std::move(buf), batch_layout_id(t)});
+}
+
 Status linear(const Tensor& w, const float* x, int64_t m, float* y) {
   if (w.defined() && w.dtype() == DType::gq) return linear_gq(w, x, m, y);
   WKind kind{};
@@ -214,12 +251,7 @@ Status linear(const Tensor& w, const float* x, int64_t m, float* y) {
   if (m == 0) return Status::ok();
   const KernelTable& t = table();
   ThreadPool& pool = global_pool();
-  LinearJob j{};
-  j.kind = kind;
-  j.w = static_cast<const uint8_t*>(w.data());
-  j.row_bytes = w.strides()[0];
-  j.n_out = w.dim(0);
-  j.n_in = w.dim(1);
+  LinearJob j = weight_job(w, kind);
   j.m = m;
   j.x = x;
   j.y = y;
@@ -233,7 +265,8 @@ Status linear(const Tensor& w, const float* x, int64_t m, float* y) {
       pool.parallel_for(m, 1, [&](int64_t b, int64_t e) { t.quantize_acts(kind, x, j.n_in, b, e, xq); });
     }
   }
-  const int64_t scratch_bytes = t.linear_scratch_bytes(kind, j.n_in, m);
+  j.packed = batch_rows(t, w);
+  const int64_t scratch_bytes = j.packed != nullptr ? 0 : t.linear_scratch_bytes(kind, j.n_in, m);
   const int64_t grain = t.linear_row_grain(kind, j.n_in, m);
   const int64_t units = (j.n_out + grain - 1) / grain;
   // m <= 4 streams the weights once (memory-bound); larger m is compute-bound.

@@ -56,8 +56,8 @@ bool linear_supports(DType w);
 Status linear(const Tensor& w, const float* x, int64_t m, float* y);
 // w with a BatchLayout attached: its block rows decoded once, now, into the records the active
 // ISA's matrix-matrix kernels read (m > 4), which otherwise decode them into scratch on every call.
-// The records are larger than the blocks (q4_1 on AVX-512: 1.25 bytes a weight, 2x the blocks;
-// q8_0: 1.5 bytes, 1.4x). Results are bit-identical with and without. w itself is returned when
+// The records are larger than the blocks (q4_1 on AVX-512: 1.25 bytes a weight, 2x the blocks, and
+// a row's partial last superchunk is a whole record; q8_0: 1.5 bytes, 1.4x). Results are bit-identical with and without. w itself is returned when
 // the active ISA keeps no such layout for its dtype (float weights, the scalar kernels).
 Result<Tensor> with_batch_layout(const Tensor& w);
 

@@ -42,7 +42,7 @@ struct LoadOptions {
   // (Backend::prepare_quantized); false, or a matrix no kernel runs: dequantized at load.
   bool packed_linears = true;
   // The linears (and the output head) also get the backend's batch layout (Backend::add_batch_layout):
-  // faster batched steps for more memory (CPU q4_1: 2x its bytes). For serving.
+  // faster batched steps for more memory (CPU q4_1: 2x its bytes or more). For serving.
   bool batch_layouts = false;
 };
 

@@ -32,7 +32,7 @@ struct LinearJob {
   const uint8_t* xq;     // [m] rows of xq_row_bytes: activations quantized by quantize_acts (block kinds)
   int64_t xq_row_bytes;
   float* y;              // [m][n_out]
-  const uint8_t* packed = nullptr;  // [n_out] rows of the batch layout (pack_weight), or null
+  const uint8_t* packed = nullptr;  // [n_out] rows of the batch layout (pack_weight_rows), or null
 };
 
 // One gq linear call (layout kLayoutCpuGq, gq_layout.h): Y[m, n_out] = X[m, n_in] · W^T.
@@ -75,8 +75,8 @@ struct KernelTable {
   // Output rows [r0, r1) of the job, for all m activation rows.
   void (*linear_rows)(const LinearJob& job, int64_t r0, int64_t r1, uint8_t* scratch);
   // The batch layout of a weight of `kind` (Tensor::with_batch_layout): bytes per row (0: this ISA
-  // keeps none for the kind), and rows [r0, r1) of job.w decoded into job.packed's rows (the job's
-  // kind, w, row_bytes and n_in are read). linear_rows reads job.packed when it is set.
+  // keeps none for the kind), and rows [r0, r1) of job.w decoded into the same rows of `packed`
+  // (the job's kind, w, row_bytes and n_in are read). linear_rows reads job.packed when it is set.
   int64_t (*batch_row_bytes)(WKind kind, int64_t n_in);
   void (*pack_weight_rows)(const LinearJob& job, int64_t r0, int64_t r1, uint8_t* packed);
 

@@ -97,10 +97,10 @@ int64_t batch_row_bytes(WKind, int64_t) { return 0; }
 void pack_weight_rows(const LinearJob&, int64_t, int64_t, uint8_t*) {}
 
 const KernelTable kTable = {
-    Isa::scalar,     act_row_bytes, quantize_acts,            linear_row_grain, linear_scratch_bytes,
-    linear_rows,     batch_row_bytes, pack_weight_rows, rmsnorm_rows,  silu_mul,                 add,              softmax_weights,
-    rope_tokens,     attention_scratch_floats, attention_items, gq_prepare_acts_scalar, gq_scratch_bytes_scalar,
-    gq_linear_rows_scalar,
+    Isa::scalar,      act_row_bytes,    quantize_acts,  linear_row_grain,         linear_scratch_bytes,
+    linear_rows,      batch_row_bytes,  pack_weight_rows, rmsnorm_rows,           silu_mul,
+    add,              softmax_weights,  rope_tokens,    attention_scratch_floats, attention_items,
+    gq_prepare_acts_scalar, gq_scratch_bytes_scalar, gq_linear_rows_scalar,
 };
 
 }  // namespace

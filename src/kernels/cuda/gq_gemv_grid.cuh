@@ -1,0 +1,440 @@
+// Group-quantized matrix-vector products for decode (cuda_gq.h: gemv, gemv_linear), batch
+// m <= kGemvMaxRows on tensor cores, and the expansion of the same packed matrix to dense f16
+// (gemv_dequantize_f16). The layout is described in gq_gemv_layout.h; the kernel streams it once
+// from HBM.
+//
+// Work split (a decode matrix of 4096 rows is only 256 tiles: the k dimension is split too)
+// - A tile is 16 rows, one warp's (swiglu: tile t of gate and tile t of up, R = 2). An "item" is
+//   kWarps = 8 consecutive tiles (128 rows) of one matrix, one block's; the items of up to 3 matrices
+//   form one index space (matrix 0's, then 1's...), so a block stages x with one matrix's perm.
+// - Each item is cut along k into KS blocks: block ks covers chunks [ks cpb, (ks + 1) cpb), and each
+//   of its warps streams those chunks of its own tile(s) (every warp load: 512 contiguous bytes).
+//   KS depends only on the shape and the SM count (pick_split), never on m.
+// - A batch is U chunks of each of the R tiles with their scale records. The first batch is issued
+//   before griddepcontrol.wait (PDL: weights are never written by kernels), and each later batch
+//   is issued before the previous one is multiplied.
+// - After the wait the block stages its k-range of x once for its 8 tiles, into shared memory as MMA
+//   B fragments: each value gathered by perm (act-order), times the norm weight (folded RMSNorm),
+//   zero past n_in, and split into f16 hi = f16(x) and lo = f16(x - hi), so hi + lo carries ~22
+//   bits of x. (Staging per 16-row tile instead cost more instructions than the weights: ncu, H100.)
+//   The block also sums x^2 over its range, in a loop over columns that is the same for every m.
+// - Fragment rows n of B: n < M is hi of x row n, M <= n < 2M lo of x row n - M (x rows >= m are
+//   zero). M <= 4: one n8 block (an M = 1 MMA wastes 6 of its 8 columns, which costs nothing here:
+//   the tensor cores are idle otherwise); M = 8, 16: 2M / 8 blocks.
+// - Each warp's sums go through shared memory to one thread per (x row, item row). With KS = 1 that
+//   thread applies the epilogue; otherwise the block writes its partial sums to scratch and the
+//   last block of the item to arrive (a counter, reset by that block) adds the KS partials in ks
+//   order (deterministic), zeroes them (one scratch serves launches of every shape: it must be all
+//   zero between launches) and applies the epilogue: store / accumulate / swiglu, times 1/rms
+//   under a folded norm. rope_kv (q, k, v): the item's finished rows go to shared memory first, then
+//   pair by pair through the rotation into y and the KV cache (rope.cuh, as the matvec kernel).
+//
+// Arithmetic (per k16 block and tile, per lane: 8 codes, one 32-bit word for int4)
+// - (word & mask) | 0x64006400 (one LOP3; int8: one PRMT) makes an f16 pair 1024 + c * 2^(b*j);
+//   one HFMA2 with (2^-(b*j), -(1024 * 2^-(b*j) + zero)) gives the exact integers c - zero in the
+//   A register the MMA reads: about 9 instructions for 8 int4 weights, then one MMA per n8 block.
+// - The MMA sums (c - zero) * x exactly-rounded into f32 per group run; when the group changes (and
+//   at the end) acc += scale * run, per row: W = scale * (c - zero) as the reference has it, x to
+//   ~22 bits, only the order of the f32 sums differs.
+// - Every output element is a function of its own x row only (an MMA column does not see the
+//   others; hi and lo are accumulated apart and added last), so row i of y is the same bits
+//   whatever m is.
+// Instantiations: bits {2, 3, 4, 8} x M {1, 2, 4, 8, 16} (m rounded up; x rows >= m are zero,
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "kernels/cuda/gq_gemv_math.cuh"
+
+namespace lithe::cuda::gemv_impl {
+
+// Tile w of item `item` (lane pointers for `lane`); `valid` is false past the matrix's last tile.
+template <int BITS, int R>
+__device__ __forceinline__ Tiles<R> tiles_of(const Args& a, int64_t item, int w, int lane, bool& valid) {
+  Tiles<R> t;
+  const int j0 = R == 2 ? 0 : mat_index(a, item);
+  const int64_t tile = (item - mat_of(a, j0).item0) * kWarps + w;
+  const int64_t tiles = (mat_of(a, j0).n_out + kRows - 1) / kRows;
+  valid = tile < tiles;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const Mat mt = mat_of(a, R == 2 ? r : j0);
+    t.tile[r] = valid ? tile : tiles - 1;
+    const int64_t slot0 = t.tile[r] * a.g.chunks * 32 + lane;
+    t.cp[r] = mt.codes + slot0;
+    t.hp[r] = Codec<BITS>::kHi ? mt.hi + slot0 : nullptr;
+    t.rp[r] = opaque(mt.recs + t.tile[r] * a.g.groups * 8 + lane / 4);
+    t.y[r] = mt.y;
+    t.n_out[r] = mt.n_out;
+    if (r == 0) t.perm = mt.perm;
+  }
+  return t;
+}
+
+// One batch of a warp: U chunks of each of the R tiles and the records (rows g, g + 8) of their units.
+template <int BITS, int R, int U>
+struct Batch {
+  Chunk v[R][U];
+  uint2 rec[R][U][Codec<BITS>::kUnits];
+};
+
+// Issues the batch at chunk b of this warp's range [.., end).
+template <int BITS, int R, int U>
+__device__ __forceinline__ void load_batch(const Geo& g, const Tiles<R>& t, int b, int end, Batch<BITS, R, U>& bt) {
+  using C = Codec<BITS>;
+  // The batch's lane pointers once (one wide multiply-add each); chunk u is then an immediate offset.
+  const uint4* cb[R];
+  const uint2* hb[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    cb[r] = t.cp[r] + static_cast<uint32_t>(b) * 32u;
+    hb[r] = C::kHi ? t.hp[r] + static_cast<uint32_t>(b) * 32u : nullptr;
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int c = b + u;
+    if (c < end)
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        bt.v[r][u].lo = ld_stream(cb[r] + u * 32);
+        if constexpr (C::kHi) bt.v[r][u].hi = ld_stream(hb[r] + u * 32);
+#pragma unroll
+        for (int k = 0; k < C::kUnits; ++k) {
+          const int unit = min(c * C::kUnits + k, g.units - 1);  // a padding unit: any record
+          bt.rec[r][u][k] = __ldg(t.rp[r] + static_cast<uint32_t>(group_of(g, unit)) * 8u);
+        }
+      }
+  }
+}
+
+// V consecutive floats of the k-split's scratch (16-byte aligned when V = 4), read past L1 / zeroed.
+template <int V>
+__device__ __forceinline__ void ldcg_vec(const float* p, float (&out)[V]) {
+  if constexpr (V == 4) {
+    const float4 t = __ldcg(reinterpret_cast<const float4*>(p));
+    out[0] = t.x, out[1] = t.y, out[2] = t.z, out[3] = t.w;
+  } else {
+    out[0] = __ldcg(p);
+  }
+}
+template <int V>
+__device__ __forceinline__ void stcg_zero_vec(float* p) {
+  if constexpr (V == 4)
+    __stcg(reinterpret_cast<float4*>(p), make_float4(0.f, 0.f, 0.f, 0.f));
+  else
+    __stcg(p, 0.f);
+}
+
+// rope_kv (R = 1): the item's finished rows fin[w][0][i][row] (row w * 16 + row of the item) for x
+// rows i < m, rotated and stored pair by pair (detail::rope_rows: a head's pairs stay inside the
+// item, head_dim dividing kItemRows).
+template <int M>
+__device__ __forceinline__ void rope_kv_item(const Args& a, int64_t item, const float (&fin)[kWarps][1][M][kRows]) {
+  const int j = mat_index(a, item);
+  const Mat mt = mat_of(a, j);
+  const int64_t base = (item - mt.item0) * kItemRows;
+  for (int o = static_cast<int>(threadIdx.x); o < a.m * (kItemRows / 2); o += kThreads) {
+    const int i = o / (kItemRows / 2), f = 2 * (o % (kItemRows / 2));
+    if (base + f >= mt.n_out) continue;
+    const detail::RopeRows p = detail::rope_rows(a.rope, j, base + f);
+    const int ra = static_cast<int>(p.ra - base), rb = static_cast<int>(p.rb - base);
+    detail::rope_kv_pair_out(a.rope, j, p, i, mt.y, mt.n_out, fin[ra / kRows][0][i][ra % kRows],
+                             fin[rb / kRows][0][i][rb % kRows]);
+  }
+}
+
+// Stages x[0..m)[col0 .. col0 + span) as B fragments into xs (see gemv_kernel): thread s of the
+// loop takes k16 blocks 2p, 2p + 1, x row i, quad t, loads its 8 values once (gathered by perm,
+// times the norm weight; zero past n_in) and writes them as hi to fragment row i and as lo to
+// fragment row M + i. Rows i in [m, M) get zeros.
+template <int M, bool PERM>
+__device__ __forceinline__ void stage_x(const Args& a, const int32_t* perm, int col0, int span, uint4* xs) {
+  const int n_in = a.g.n_in;
+  const int slots = span / 32 * M * 4;
+  for (int s = static_cast<int>(threadIdx.x); s < slots; s += kThreads) {
+    const int t = s & 3, i = (s >> 2) % M, p = (s >> 2) / M;
+    uint32_t hi[4] = {0, 0, 0, 0}, lo[4] = {0, 0, 0, 0};
+    if (i < a.m) {
+      const float* xr = a.x + static_cast<int64_t>(i) * n_in;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {  // block 2p + e / 2, register e % 2 (columns + 8): 2 columns
+        const int col = col0 + (2 * p + e / 2) * 16 + 2 * t + 8 * (e % 2);
+        float v[2] = {0.f, 0.f};
+        if (col < n_in) {  // n_in is even: both columns or neither
+          if (PERM) {
+            const int2 src = *reinterpret_cast<const int2*>(perm + col);
+            v[0] = xr[src.x];
+            v[1] = xr[src.y];
+            if (a.norm != nullptr) v[0] *= __ldg(a.norm + src.x), v[1] *= __ldg(a.norm + src.y);
+          } else {
+            const float2 x2 = *reinterpret_cast<const float2*>(xr + col);
+            v[0] = x2.x;
+            v[1] = x2.y;
+            if (a.norm != nullptr) {
+              const float2 g2 = __ldg(reinterpret_cast<const float2*>(a.norm + col));
+              v[0] *= g2.x;
+              v[1] *= g2.y;
+            }
+          }
+        }
+        const __half2 h = __floats2half2_rn(v[0], v[1]);
+        const float2 hf = __half22float2(h);
+        const __half2 l = __floats2half2_rn(v[0] - hf.x, v[1] - hf.y);
+        hi[e] = *reinterpret_cast<const uint32_t*>(&h);
+        lo[e] = *reinterpret_cast<const uint32_t*>(&l);
+      }
+    }
+    xs[(p * 2 * M + i) * 4 + t] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    xs[(p * 2 * M + M + i) * 4 + t] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+  }
+}
+
+// Dynamic shared memory: the block's k-range of x as B fragments, uint4 [span / 32][2M][4]: for
+// k16 blocks 2p and 2p + 1, fragment row n (n < M: hi of x row n, else lo of x row n - M), quad t:
+// (b0b1, b2b3) of block 2p, then of block 2p + 1.
+// PERM: act-order (x gathered by the matrix's perm). R = 2: swiglu over two tiles per warp.
+template <int BITS, int M, int R, bool PERM>
+__global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(const Args a) {
+  using C = Codec<BITS>;
+  constexpr int U = loads_of(BITS) / R;
+  constexpr int SR = 2 * M;                 // B rows: hi of x rows 0..M-1, then lo
+  constexpr int NB = SR <= 8 ? 1 : SR / 8;  // n8 blocks
+  extern __shared__ uint4 xs[];
+  __shared__ float part[kWarps][R][M][kRows];
+  __shared__ float ss_part[kWarps][M];
+  __shared__ bool last;
+  const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
+  const int g = lane >> 2, tq = lane & 3;
+  const int64_t item = blockIdx.x / a.ks;
+  const int ks = static_cast<int>(blockIdx.x % a.ks);
+  detail::pdl_release();
+  bool has_tile;  // warp-uniform
+  const Tiles<R> t = tiles_of<BITS, R>(a, item, warp, lane, has_tile);
+  const int begin = ks * a.cpb, end = min(begin + a.cpb, a.g.chunks);  // the block's chunks
+  const int span = a.cpb * C::kSpan, col0 = begin * C::kSpan;           // its staged columns
+
+  Batch<BITS, R, U> cur;
+  if (has_tile) load_batch<BITS, R, U>(a.g, t, begin, end, cur);
+  detail::pdl_wait();  // x, y and the scratch belong to the previous kernel until here
+
+  stage_x<M, PERM>(a, t.perm, col0, span, xs);
+  // The sums of squares of x over the range: the same loop whatever m (1/rms independent of m).
+  if (a.norm != nullptr) {
+    const int hi_col = min(col0 + span, a.g.n_in);
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      if (i >= a.m) break;  // block-uniform
+      float ss = 0.f;
+      for (int col = col0 + static_cast<int>(threadIdx.x); col < hi_col; col += kThreads) {
+        const float val = a.x[static_cast<int64_t>(i) * a.g.n_in + (PERM ? __ldg(t.perm + col) : col)];
+        ss = fmaf(val, val, ss);
+      }
+      ss = detail::warp_sum(ss);
+      if (lane == 0) ss_part[warp][i] = ss;
+    }
+  }
+  __syncthreads();
+
+  Sums<NB> sum[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sum[r].acc[nb][e] = sum[r].run[nb][e] = 0.f;
+    sum[r].scale[0] = sum[r].scale[1] = 0.f;
+#pragma unroll
+    for (int reg = 0; reg < 4; ++reg) sum[r].add[reg] = 0;
+  }
+  int run_group = -1;
+  // This lane's B-fragment row (n = 8 nb + g) of the staged x. With SR < 8 (M <= 2) the rows n >= SR
+  // of the n8 block read row n % SR instead of zeros: they only feed output columns n, never read,
+  // and the load needs no lane-dependent branch.
+  const uint4* const xs_lane = xs + (SR < 8 ? g % SR : g) * 4 + tq;
+  // Multiplies batch bt, which holds chunks [b, b + U) of the range.
+  auto multiply = [&](const Batch<BITS, R, U>& bt, int b) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = b + u;
+      if (c >= end) break;  // warp-uniform
+#pragma unroll
+      for (int k = 0; k < C::kUnits; ++k) {
+        // A padding unit past n_in (the last chunk's second half) runs like any other: its codes
+        // and its staged x are zero and its record is a real one (load_batch), so it adds zeros.
+        const int unit = c * C::kUnits + k;
+        const int grp = group_of(a.g, unit);
+        if (grp != run_group) {  // warp-uniform
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            fold(sum[r]);
+            start_run<BITS>(sum[r], bt.rec[r][u][k]);
+          }
+          run_group = grp;
+        }
+        // B fragments of the unit's two k16 blocks: one uint4 per n8 block.
+        mma_unit<BITS, R, NB, U>(sum, bt.v, u, k, xs_lane + ((c - begin) * (C::kBlocks / 2) + k) * SR * 4);
+      }
+    }
+  };
+  // Two batches per iteration, each loaded into the buffer the other one is not using: the batch
+  // in flight never has to be copied from one set of registers to the other.
+  Batch<BITS, R, U> nxt;
+#pragma unroll 1
+  for (int b = begin; has_tile && b < end; b += 2 * U) {
+    if (b + U < end) load_batch<BITS, R, U>(a.g, t, b + U, end, nxt);
+    multiply(cur, b);
+    if (b + U >= end) break;
+    if (b + 2 * U < end) load_batch<BITS, R, U>(a.g, t, b + 2 * U, end, cur);
+    multiply(nxt, b + U);
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) fold(sum[r]);
+
+  write_parts<M, R, NB>(sum, part[warp], g, tq);
+  __syncthreads();
+  // One thread per (x row i, row of the item): o = i * kItemRows + warp * 16 + row. The block's x^2
+  // sum of row i: its warps' parts in order.
+  // ks > 1: this item's partial sums [ks][R][kMaxM][kItemRows] and x^2 sums [ks][kMaxM] in scratch.
+  const int64_t sums = a.items * a.ks * (R * kMaxM * kItemRows);
+  float* const partial = a.ks == 1 ? nullptr : a.partial + item * a.ks * (R * kMaxM * kItemRows);
+  float* const ss_out = a.ks == 1 ? nullptr : a.partial + sums + item * a.ks * kMaxM;
+  const bool has_norm = a.norm != nullptr;
+  auto block_ss = [&](int i) {
+    float ss = 0.f;
+    if (has_norm)
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) ss += ss_part[w][i];
+    return ss;
+  };
+  // rope_kv: finished row `row` of tile w for x row i goes to part, where rope_kv_item pairs it up.
+  auto stash = [&](int w, int i, int row, float (&v)[R], float ss) {
+    apply_norm<R>(a, v, ss);
+    part[w][0][i][row] = v[0];
+  };
+  for (int o = static_cast<int>(threadIdx.x); o < a.m * kItemRows; o += kThreads) {
+    const int i = o / kItemRows, w = o % kItemRows / kRows, row = o % kRows;
+    float val[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) val[r] = part[w][r][i][row];
+    if (a.ks == 1 && R == 1 && a.epi == Epilogue::rope_kv) {
+      stash(w, i, row, val, block_ss(i));
+    } else if (a.ks == 1) {
+      bool valid;
+      const Tiles<R> tw = tiles_of<BITS, R>(a, item, w, 0, valid);
+      if (valid) finish<R>(a, tw, row, i, val, block_ss(i));
+    } else {
+#pragma unroll
+      for (int r = 0; r < R; ++r) __stcg(partial + (ks * R + r) * (kMaxM * kItemRows) + o, val[r]);
+      if (o % kItemRows == 0) __stcg(ss_out + ks * kMaxM + i, block_ss(i));
+    }
+  }
+  if (a.ks == 1) {
+    if constexpr (R == 1)
+      if (a.epi == Epilogue::rope_kv) {
+        __syncthreads();
+        rope_kv_item<M>(a, item, part);
+      }
+    return;
+  }
+
+  // The last block of the item to arrive adds the KS partial sums in ks order.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned before = atomicAdd(a.counters + item, 1u);
+    last = before == static_cast<unsigned>(a.ks - 1);
+    if (last) a.counters[item] = 0;  // every block of the item has arrived: ready for the next launch
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  // Every slot read is zeroed again: the whole scratch is back at zero for the next launch, whatever
+  // its shape (another launch's counters may lie where these partial sums were).
+  // A thread takes V consecutive outputs o (one x row i) per step: at M >= 8 four, as float4s of
+  // every partial sum (M = 16: two steps instead of eight dependent ones); below, one (the epilogue's
+  // read-modify-write of each output stays spread over the threads).
+  constexpr int V = M >= 8 ? 4 : 1;
+  static_assert(kRows % V == 0, "a step's outputs share one tile");
+  constexpr int kBurst = 8;  // partial sums loaded at once (independent L2 reads), then added in order
+  for (int ov = V * static_cast<int>(threadIdx.x); ov < a.m * kItemRows; ov += V * kThreads) {
+    const int i = ov / kItemRows;
+    float val[V][R], ss = 0.f;  // output ov + e, tile r
+#pragma unroll
+    for (int e = 0; e < V; ++e)
+#pragma unroll
+      for (int r = 0; r < R; ++r) val[e][r] = 0.f;
+    auto at = [&](int k, int r) { return partial + (k * R + r) * (kMaxM * kItemRows) + ov; };
+    for (int k0 = 0; k0 < a.ks; k0 += kBurst) {
+      float pv[kBurst][R][V], sv[kBurst];
+#pragma unroll
+      for (int d = 0; d < kBurst; ++d) {
+        const int k = k0 + d < a.ks ? k0 + d : a.ks - 1;
+#pragma unroll
+        for (int r = 0; r < R; ++r) ldcg_vec<V>(at(k, r), pv[d][r]);
+        sv[d] = has_norm ? __ldcg(ss_out + k * kMaxM + i) : 0.f;
+      }
+#pragma unroll
+      for (int d = 0; d < kBurst; ++d)
+        if (k0 + d < a.ks) {
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int e = 0; e < V; ++e) val[e][r] += pv[d][r][e];
+          ss += sv[d];
+        }
+    }
+    for (int k = 0; k < a.ks; ++k)
+#pragma unroll
+      for (int r = 0; r < R; ++r) stcg_zero_vec<V>(at(k, r));
+    // The V outputs are rows row0.. of one tile w (V divides kRows).
+    const int w = ov % kItemRows / kRows, row0 = ov % kRows;
+    if (R == 1 && a.epi == Epilogue::rope_kv) {  // (part is free: read above)
+#pragma unroll
+      for (int e = 0; e < V; ++e) stash(w, i, row0 + e, val[e], ss);
+      continue;
+    }
+    bool valid;
+    const Tiles<R> tw = tiles_of<BITS, R>(a, item, w, 0, valid);
+    if (valid)
+#pragma unroll
+      for (int e = 0; e < V; ++e) finish<R>(a, tw, row0 + e, i, val[e], ss);
+  }
+  __syncthreads();  // every thread has read the x^2 sums before they are zeroed
+  if constexpr (R == 1)
+    if (a.epi == Epilogue::rope_kv) rope_kv_item<M>(a, item, part);
+  for (int o = static_cast<int>(threadIdx.x); o < a.ks * a.m; o += kThreads)
+    __stcg(ss_out + (o / a.m) * kMaxM + o % a.m, 0.f);
+}
+
+template <int BITS, int M, int R, bool PERM>
+Status launch(const Args& a, Stream s) {
+  static std::atomic<uint64_t> opted{0};
+  auto* kernel = gemv_kernel<BITS, M, R, PERM>;
+  // B fragments: span / 32 k16-block pairs x 2M rows x 4 quads x 16 bytes.
+  const size_t smem = static_cast<size_t>(a.cpb) * Codec<BITS>::kSpan / 32 * (2 * M) * 4 * 16;
+  LITHE_TRY(detail::allow_smem(kernel, opted, smem, "gq gemv_kernel"));
+  // PDL by default (pdl_enabled): the first batch of weights loads while the previous kernel ends.
+  detail::launch_with_pdl(detail::pdl_enabled(true), kernel, dim3(static_cast<unsigned>(a.items * a.ks)),
+                          dim3(kThreads), smem, s, a);
+  return detail::launched("gq gemv_kernel");
+}
+
+template <int BITS, int R, bool PERM>
+Status launch_m(const Args& a, Stream s) {
+  if (a.m == 1) return launch<BITS, 1, R, PERM>(a, s);
+  if (a.m == 2) return launch<BITS, 2, R, PERM>(a, s);
+  if (a.m <= 4) return launch<BITS, 4, R, PERM>(a, s);
+  if (a.m <= 8) return launch<BITS, 8, R, PERM>(a, s);
+  return launch<BITS, 16, R, PERM>(a, s);
+}
+
+template <int BITS>
+Status launch_grid(const Args& a, Stream s) {
+  if (a.epi == Epilogue::swiglu) return launch_m<BITS, 2, false>(a, s);
+  if (a.mat[0].perm != nullptr) return launch_m<BITS, 1, true>(a, s);
+  return launch_m<BITS, 1, false>(a, s);
+}
+
+}  // namespace lithe::cuda::gemv_impl

@@ -67,7 +67,6 @@ struct Args {
   unsigned* counters;  // ks > 1: [items] blocks arrived
 };
 
-
 // The launchers, one instantiation per bit width (2, 3, 4, 8) each.
 template <int BITS>
 Status launch_grid(const Args& a, Stream s);  // gemv_kernel: a.ks blocks per item

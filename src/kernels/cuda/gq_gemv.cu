@@ -58,19 +58,19 @@ Status make_mat(const PackedWeight& w, const void* w_dev, const std::string& f, 
 struct Split {
   int ks, cpb;
 };
+// A tuning knob for benchmarks: the positive integer the environment sets `name` to, else 0.
+int env_knob(const char* name) {
+  const char* e = std::getenv(name);
+  const int v = e != nullptr ? std::atoi(e) : 0;
+  return v > 0 ? v : 0;
+}
 Split pick_split(int64_t items, int chunks, int cols, int loads, int sms) {
   const int64_t max_ks = std::max(1, chunks / loads);
-  static const int per_sm = [] {  // LITHE_GEMV_BLOCKS_PER_SM: a tuning knob for benchmarks
-    const char* e = std::getenv("LITHE_GEMV_BLOCKS_PER_SM");
-    const int v = e != nullptr ? std::atoi(e) : 0;
-    return v > 0 ? v : kBlocksPerSm;
-  }();
+  static const int knob_per_sm = env_knob("LITHE_GEMV_BLOCKS_PER_SM");
+  static const int min_ks = std::max(1, env_knob("LITHE_GEMV_MIN_KS"));  // k slices at least
+  const int per_sm = knob_per_sm > 0 ? knob_per_sm : kBlocksPerSm;
   const int64_t want = std::max<int64_t>(int64_t{per_sm} * sms / items,
                                          detail::ceil_div(int64_t{chunks} * cols, kMaxStagedCols));
-  static const int min_ks = [] {  // LITHE_GEMV_MIN_KS: a tuning knob for benchmarks (slices at least)
-    const char* e = std::getenv("LITHE_GEMV_MIN_KS");
-    return e != nullptr ? std::max(1, std::atoi(e)) : 1;
-  }();
   Split sp;
   sp.ks = static_cast<int>(std::clamp<int64_t>(std::max<int64_t>(want, min_ks), 1, max_ks));
   sp.cpb = static_cast<int>(detail::ceil_div(chunks, sp.ks));

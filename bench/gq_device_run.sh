@@ -5,6 +5,10 @@
 #                                         kernels against cuBLAS f16 / lithe's f16 matvec
 #   bash bench/gq_device_run.sh e2e       Llama-2-7B-shaped decode (tg128 at depth 512) and
 #                                         prefill (pp2048): f16 vs gq formats, alternated
+#   bash bench/gq_device_run.sh knob ROUNDS "VAR=V ..." ["VAR=V ..." ...]
+#                                         the same binary under each environment setting in
+#                                         turn: e2e int4 g128 tg128 at depth 0 (alternated, ROUNDS
+#                                         rounds), then the int4 matrices and layer (m = 1, 8, 16)
 #   bash bench/gq_device_run.sh profile REGEX SKIP [REGEX SKIP ...]
 #                                         ncu (speed of light, occupancy, warp states) on launch
 #                                         SKIP of the kernels matching REGEX in bench_cuda_gq_gemv --quick
@@ -46,6 +50,23 @@ case "${1:-}" in
       echo "$j" | python3 -c "import json,sys; j=json.load(sys.stdin); print('[$setting] pp2048', round(j['prompt_tokens_per_second']['median'],1), 'tok/s')"
     done
     ;;
+  knob)
+    rounds=$2; shift 2
+    for r in $(seq "$rounds"); do
+      for setting in "$@"; do
+        read -ra envs <<< "$setting"
+        j=$(env "${envs[@]}" $L bench --synthetic llama2-7b --dtype int4-g128 -p 0 -n 128 -r 5 --device cuda \
+            --kv-type f16 -d 0 --json 2> "$OUT/e2e.err") || { tail -5 "$OUT/e2e.err"; continue; }
+        echo "$j" | python3 -c "import json,sys; j=json.load(sys.stdin); print('round $r [$setting] int4-g128 tg128@0', round(j['gen_tokens_per_second']['median'],1), 'tok/s')"
+      done
+    done
+    for setting in "$@"; do
+      read -ra envs <<< "$setting"
+      f="$OUT/gemv_$(echo "$setting" | tr -c 'A-Za-z0-9\n' '_').md"
+      env "${envs[@]}" BENCH_FORMAT=int4 BENCH_M=1,8,16 $B/bin/bench_cuda_gq_gemv --quick > "$f" 2>&1
+      echo "== $setting"; grep -E "^\| (4096|11008|int4)" "$f" | grep -v "x f16" | cut -c1-100
+    done
+    ;;
   profile)
     shift
     while [ $# -ge 2 ]; do
@@ -70,5 +91,5 @@ case "${1:-}" in
       shift 2
     done
     ;;
-  *) echo "usage: $0 build|kernels|e2e|profile|profile_qgemm"; exit 2 ;;
+  *) echo "usage: $0 build|kernels|e2e|knob|profile|profile_qgemm"; exit 2 ;;
 esac

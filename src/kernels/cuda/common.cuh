@@ -145,6 +145,16 @@ __device__ __forceinline__ uint2 ld_stream(const uint2* p) {
   return v;
 }
 
+// Asks L2 to fetch [p, p + bytes) from HBM (no registers, nothing to wait for): one bulk prefetch on
+// sm_90+, one per 128-byte line below. p and bytes: multiples of 16.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+  for (uint32_t o = 0; o < bytes; o += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(p) + o));
+#endif
+}
+
 // Asynchronous copies global -> shared memory (sm_80+), completed in commit groups.
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));

@@ -58,11 +58,11 @@ Status make_mat(const PackedWeight& w, const void* w_dev, const std::string& f, 
 struct Split {
   int ks, cpb;
 };
-// A tuning knob for benchmarks: the positive integer the environment sets `name` to, else 0.
-int env_knob(const char* name) {
+// A tuning knob for benchmarks: the integer >= 0 the environment sets `name` to, else `fallback`.
+int env_knob(const char* name, int fallback = 0) {
   const char* e = std::getenv(name);
-  const int v = e != nullptr ? std::atoi(e) : 0;
-  return v > 0 ? v : 0;
+  const int v = e != nullptr && *e != '\0' ? std::atoi(e) : -1;
+  return v >= 0 ? v : fallback;
 }
 Split pick_split(int64_t items, int chunks, int cols, int loads, int sms) {
   const int64_t max_ks = std::max(1, chunks / loads);
@@ -76,6 +76,17 @@ Split pick_split(int64_t items, int chunks, int cols, int loads, int sms) {
   sp.cpb = static_cast<int>(detail::ceil_div(chunks, sp.ks));
   sp.ks = static_cast<int>(detail::ceil_div(chunks, sp.cpb));  // no empty blocks
   return sp;
+}
+
+// Batches each warp asks L2 for ahead of its loads (Args::pf). On an H100 (bench/RESULTS.md,
+// twenty-first session) one batch ahead made int4 g128 decode 2.8% faster at m = 1 and int8 0.5%,
+// but cost int3 1.7% and int4 layers 1-3% at m = 4..8, so it is on where it helped only.
+// LITHE_GEMV_PREFETCH=N (a benchmark knob) sets N for every launch; LITHE_GEMV_PREFETCH_WAIT=N
+// the batches asked for before griddepcontrol.wait (default: the same N).
+int prefetch_batches(int bits, int64_t m) {
+  static const int knob = env_knob("LITHE_GEMV_PREFETCH", -1);
+  if (knob >= 0) return std::min(knob, 8);
+  return m == 1 && (bits == 4 || bits == 8) ? kPrefetchBatches : 0;
 }
 
 // Tiles and items of a launch (swiglu: the gate's tiles), its split and its scratch: [items] u32
@@ -190,6 +201,9 @@ Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue
   a.items = p.items;
   a.ks = p.split.ks;
   a.cpb = p.split.cpb;
+  a.pf = prefetch_batches(outs[0].w->fmt.bits, m);
+  static const int wait_knob = env_knob("LITHE_GEMV_PREFETCH_WAIT", -1);
+  a.pf0 = wait_knob >= 0 ? std::min(wait_knob, 16) : a.pf;
   a.x = x;
   a.norm = norm.w;
   a.eps = norm.eps;

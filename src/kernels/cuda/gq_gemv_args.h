@@ -30,6 +30,9 @@ constexpr int loads_of(int bits) { return bits == 2 || bits == 3 ? 2 : 4; }
 // kernels need 89-128 registers; M = 16 fits 128 with a 24-28 byte spill (ptxas -v, sm_90a,
 // 2026-11-22), except swiglu (R = 2), which would spill 200-500 bytes and takes up to 207.
 constexpr int min_blocks_of(int m, int r) { return m == 16 && r == 2 ? 1 : 2; }
+// Batches each warp asks L2 for ahead of its register loads where that helps (gq_gemv.cu:
+// prefetch_batches; 2 or 3 measured slower than 1 on an H100).
+constexpr int kPrefetchBatches = 1;
 constexpr int kBlocksPerSm = 2;  // resident blocks per SM: the k-split fills one wave of them
 // Columns a block stages at most (bounds the staged x: M = 16 takes 2 KiB per 32 columns).
 constexpr int kMaxStagedCols = 2048;
@@ -57,6 +60,8 @@ struct Args {
   Geo g;
   int64_t items;  // kWarps tiles each, matrix by matrix (swiglu: the gate's tiles)
   int ks, cpb;    // blocks per item (k-split), chunks per block
+  int pf;         // batches a warp asks L2 for ahead of its loads (0: none)
+  int pf0;        // batches it asks for before griddepcontrol.wait
   const float* x;
   const float* norm;  // folded RMSNorm weight [n_in], or null
   float eps;

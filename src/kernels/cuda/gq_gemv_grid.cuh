@@ -12,7 +12,9 @@
 //   KS depends only on the shape and the SM count (pick_split), never on m.
 // - A batch is U chunks of each of the R tiles with their scale records. The first batch is issued
 //   before griddepcontrol.wait (PDL: weights are never written by kernels), and each later batch
-//   is issued before the previous one is multiplied.
+//   is issued before the previous one is multiplied. Where it helps (gq_gemv.cu: prefetch_batches),
+//   lane 0 also asks L2 for the batch after each batch it loads (and, before the wait, for the
+//   second batch): more of the stream in flight than the registers hold.
 // - After the wait the block stages its k-range of x once for its 8 tiles, into shared memory as MMA
 //   B fragments: each value gathered by perm (act-order), times the norm weight (folded RMSNorm),
 //   zero past n_in, and split into f16 hi = f16(x) and lo = f16(x - hi), so hi + lo carries ~22
@@ -106,6 +108,23 @@ __device__ __forceinline__ void load_batch(const Geo& g, const Tiles<R>& t, int 
           bt.rec[r][u][k] = __ldg(t.rp[r] + static_cast<uint32_t>(group_of(g, unit)) * 8u);
         }
       }
+  }
+}
+
+// Asks L2 for the batch at chunk b of this warp's range [.., end) (lane 0: the codes, int3's high
+// bits and the records of the batch's groups of each of the R tiles), so that more of the stream is
+// in flight than the registers hold (Args::pf batches ahead of the loads).
+template <int BITS, int R, int U>
+__device__ __forceinline__ void prefetch_batch(const Geo& g, const Tiles<R>& t, int b, int end, int lane) {
+  using C = Codec<BITS>;
+  if (lane != 0 || b >= end) return;
+  const uint32_t n = static_cast<uint32_t>(min(U, end - b));
+  const int g0 = group_of(g, b * C::kUnits), g1 = group_of(g, min((b + static_cast<int>(n)) * C::kUnits, g.units) - 1);
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    detail::prefetch_l2(t.cp[r] + static_cast<uint32_t>(b) * 32u, n * 512u);
+    if constexpr (C::kHi) detail::prefetch_l2(t.hp[r] + static_cast<uint32_t>(b) * 32u, n * 256u);
+    detail::prefetch_l2(t.rp[r] + static_cast<uint32_t>(g0) * 8u, static_cast<uint32_t>(g1 - g0 + 1) * 64u);
   }
 }
 
@@ -216,7 +235,10 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
   const int span = a.cpb * C::kSpan, col0 = begin * C::kSpan;           // its staged columns
 
   Batch<BITS, R, U> cur;
-  if (has_tile) load_batch<BITS, R, U>(a.g, t, begin, end, cur);
+  if (has_tile) {
+    load_batch<BITS, R, U>(a.g, t, begin, end, cur);
+    for (int d = 1; d <= a.pf0; ++d) prefetch_batch<BITS, R, U>(a.g, t, begin + d * U, end, lane);
+  }
   detail::pdl_wait();  // x, y and the scratch belong to the previous kernel until here
 
   stage_x<M, PERM>(a, t.perm, col0, span, xs);
@@ -281,12 +303,15 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
   // Two batches per iteration, each loaded into the buffer the other one is not using: the batch
   // in flight never has to be copied from one set of registers to the other.
   Batch<BITS, R, U> nxt;
+  const int ahead = a.pf * U;  // the prefetch runs this many chunks ahead of the loads
 #pragma unroll 1
   for (int b = begin; has_tile && b < end; b += 2 * U) {
     if (b + U < end) load_batch<BITS, R, U>(a.g, t, b + U, end, nxt);
+    if (ahead > 0) prefetch_batch<BITS, R, U>(a.g, t, b + U + ahead, end, lane);
     multiply(cur, b);
     if (b + U >= end) break;
     if (b + 2 * U < end) load_batch<BITS, R, U>(a.g, t, b + 2 * U, end, cur);
+    if (ahead > 0) prefetch_batch<BITS, R, U>(a.g, t, b + 2 * U + ahead, end, lane);
     multiply(nxt, b + U);
   }
 #pragma unroll

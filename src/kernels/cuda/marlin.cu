@@ -61,8 +61,9 @@
 //   ring through a descriptor: x K-major with 128-byte swizzle (per k half, 128-byte rows, 16-byte
 //   chunk c of row r at c ^ (r & 7); slots 1 KiB aligned); cp.async'd x is made visible to the
 //   async proxy by fence.proxy.async before the barrier that publishes a unit. Each warpgroup
-//   runs all 8 k16 steps of a unit (no k split): dequantize, wgmma.fence, wgmma, commit, wait
-//   until one group is pending (the A registers of the previous step are then free). The
+//   runs all 8 k16 steps of a unit (no k split): dequantize, then per group of kWgGroup steps
+//   (2 for the 128-row tile, else 4: measured) wgmma.fence, the group's wgmmas, commit, wait
+//   until one group is pending (the A registers of the previous group are then free). The
 //   accumulators (f32, N/2 per thread) skip the shared-memory tile: y is stored from registers,
 //   partial tiles in fragment order, with the same counters and block-order sum. Set
 //   LITHE_MARLIN_WGMMA=0 to run the mma.sync kernels instead.
@@ -593,19 +594,29 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
   auto x_desc = [&](int slot, int kk) {
     return sw128_desc(smem_u32(smem + slot * C::SLOT + C::A_OFF) + (kk >> 2) * C::M_T * 128 + (kk & 3) * 32);
   };
+  constexpr int kWgGroup = C::M_T >= 128 ? 2 : 4;  // wgmma: k16 steps per commit group (measured)
+  uint32_t ag[kWgGroup][4];        // wgmma: the A fragments of a group's steps
   auto compute = [&](int buf, int slot, int kk) {
     if constexpr (C::WG) {
       // The warp's word is column block wq = rows 16 wq.. of the m64 A operand: A fragment
-      // {row g k 2t, row g+8 k 2t, row g k 2t+8, row g+8 k 2t+8} = {b00, b10, b01, b11}. At most
-      // two groups in flight: the wait retires the previous step's, whose A registers the next
-      // step's dequantization may then reuse.
-      uint32_t a[4];
-      dequant(bq[buf][0], 0, a[0], a[2], a[1], a[3]);
-      wgmma_fence();
-      wgmma_rs(acc, a, x_desc(slot, kk), fresh ? 0 : 1);
-      fresh = 0;
-      wgmma_commit();
-      wgmma_wait<1>();
+      // {row g k 2t, row g+8 k 2t, row g k 2t+8, row g+8 k 2t+8} = {b00, b10, b01, b11}. Steps
+      // go to the tensor cores in groups of kWgGroup (one commit group); the wait then retires
+      // the previous group, so that the next group's dequantization overlaps this one's work and
+      // may reuse the previous group's A registers (waiting for fewer groups than that makes
+      // ptxas serialize the wgmmas: C7513). The ring slot refilled before a unit's last step is
+      // then retired: its last group was followed by at least one more group and its wait.
+      static_assert(C::KSW % kWgGroup == 0 && kWgGroup <= C::KSW / 2, "wgmma groups per unit");
+      dequant(bq[buf][0], 0, ag[kk % kWgGroup][0], ag[kk % kWgGroup][2], ag[kk % kWgGroup][1],
+              ag[kk % kWgGroup][3]);
+      if (kk % kWgGroup == kWgGroup - 1) {
+        wgmma_fence();
+#pragma unroll
+        for (int u = 0; u < kWgGroup; ++u)
+          wgmma_rs(acc, ag[u], x_desc(slot, kk - kWgGroup + 1 + u), u == 0 && fresh ? 0 : 1);
+        fresh = 0;
+        wgmma_commit();
+        wgmma_wait<1>();
+      }
     } else {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -697,16 +708,20 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
     for (int i = 0; i < NI; ++i)
 #pragma unroll
       for (int c = 0; c < 4; ++c) v[i][c] = p.accumulate && ok(i, c) ? __ldcg(yp(i, c)) : 0.f;
+    // Per partial, all NI loads are issued before the first add (unconditionally: entries of rows
+    // >= m are summed but never stored), so that their latencies overlap.
     for (int b = b_first; b <= b_last; ++b) {
-      const float4* part = partial_of(s, b);
-      const bool mine = b == static_cast<int>(blockIdx.x);
+      float4 w[NI];
+      if (b == static_cast<int>(blockIdx.x)) {
 #pragma unroll
-      for (int i = 0; i < NI; ++i) {
-        if (8 * i < rows) {
-          const float4 w = mine ? acc4(i) : __ldcg(part + i * kThreads + tid);
-          v[i][0] += w.x, v[i][1] += w.y, v[i][2] += w.z, v[i][3] += w.w;
-        }
+        for (int i = 0; i < NI; ++i) w[i] = acc4(i);
+      } else {
+        const float4* part = partial_of(s, b);
+#pragma unroll
+        for (int i = 0; i < NI; ++i) w[i] = __ldcg(part + i * kThreads + tid);
       }
+#pragma unroll
+      for (int i = 0; i < NI; ++i) v[i][0] += w[i].x, v[i][1] += w[i].y, v[i][2] += w[i].z, v[i][3] += w[i].w;
     }
 #pragma unroll
     for (int i = 0; i < NI; ++i)
@@ -1010,10 +1025,12 @@ Status launch_gemm(const Params& p, int grid, bool pdl, const DeviceFacts& d, cu
 
 int64_t marlin_scratch_bytes(const PackedWeight& w, int64_t m) {
   detail::DeviceFacts d;
-  if (!marlin::marlin_facts(d).is_ok()) d.sms = marlin::kMaxBlocks;  // an upper bound
   m = std::max<int64_t>(m, 1);
-  // Either kernel family's need (wgmma's 128-row tiles take more), whichever runs.
-  return std::max(marlin::scratch_layout(w, m, d.sms, false).total, marlin::scratch_layout(w, m, d.sms, true).total);
+  if (!marlin::marlin_facts(d).is_ok()) {  // an upper bound: either kernel family, the largest grid
+    d.sms = marlin::kMaxBlocks;
+    return std::max(marlin::scratch_layout(w, m, d.sms, false).total, marlin::scratch_layout(w, m, d.sms, true).total);
+  }
+  return marlin::scratch_layout(w, m, d.sms, marlin::wgmma_on(d, m, w.fmt.sparse24)).total;
 }
 
 Status marlin_linear(const PackedWeight& w, const void* w_dev, const float* x, int64_t m, float* y, bool accumulate,

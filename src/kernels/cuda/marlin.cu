@@ -1,7 +1,7 @@
 // Marlin-class mixed-precision GEMM (cuda_gq.h): y[m][n_out] (=|+=) x[m][n_in] · Wᵀ with f16
 // activations and int4 weights (group 128 or per channel, sym or asym, act-order) on tensor cores
-// (mma.sync m16n8k16, f32 accumulation), for sm_80 and sm_90. Weights laid out by pack_marlin
-// (marlin_pack.cpp documents the layout).
+// (mma.sync m16n8k16, f32 accumulation; wgmma on sm_90a for m >= 17), for sm_80 and sm_90.
+// Weights laid out by pack_marlin (marlin_pack.cpp documents the layout).
 //
 // The launcher runs two kernels: to_f16_kernel converts x to f16 into scratch (gathered by the
 // act-order permutation, zero-padded to k_pad columns), then gemm_kernel<Cfg> runs the product.
@@ -51,6 +51,22 @@
 //   blocks 1, 3 with selector 1 in lanes t = 2, 3). Same tiles, pipeline, partitioning and
 //   reduction; one k32 step per warp and unit, so fragments are loaded per step (no double
 //   buffering); 8-row blocks of x past m are skipped. Weight traffic is 3/4 of dense.
+// - wgmma (sm_90a; Cfg WG, the same kernel: WgM2/4/8): on sm_90 for dense weights and m >= 17
+//   (kWgMinM) the product is computed transposed, yᵀ = W·xᵀ, with wgmma.mma_async m64nNk16
+//   (N = M_T = 32, 64 or 128: m <= 32, <= 64, else 128-row slices, so the weights are streamed
+//   once for up to 128 rows). A = W from registers: warpgroup wn (warps 4wn..4wn+3) owns the
+//   tile's columns [64 wn, 64 wn + 64); its warp wq takes word wq of the packed 16 bytes (column
+//   block 16 wq..), whose dequantized registers b00, b10, b01, b11 are exactly wgmma's A fragment
+//   of rows 16 wq.. (mma.m16n8k16's A layout), so the packed format is unchanged. B = xᵀ from the
+//   ring through a descriptor: x K-major with 128-byte swizzle (per k half, 128-byte rows, 16-byte
+//   chunk c of row r at c ^ (r & 7); slots 1 KiB aligned); cp.async'd x is made visible to the
+//   async proxy by fence.proxy.async before the barrier that publishes a unit. Each warpgroup
+//   runs all 8 k16 steps of a unit (no k split): dequantize, then per group of kWgGroup steps
+//   (2 for the 128-row tile, else 4: measured) wgmma.fence, the group's wgmmas, commit, wait
+//   until one group is pending (the A registers of the previous group are then free). The
+//   accumulators (f32, N/2 per thread) skip the shared-memory tile: y is stored from registers,
+//   partial tiles in fragment order, with the same counters and block-order sum. Set
+//   LITHE_MARLIN_WGMMA=0 to run the mma.sync kernels instead.
 // - Programmatic dependent launch (sm_90): the GEMM is launched with programmatic stream
 //   serialization after the conversion kernel, which triggers its dependents at once; the GEMM
 //   issues its first weight loads, then waits (griddepcontrol.wait) before touching x16, y or
@@ -79,14 +95,19 @@ constexpr int kMaxBlocks = 1024;              // grid bound = number of slice co
 constexpr int64_t kCounterBytes = kMaxBlocks * 4;
 
 // Tile configuration: MB m16 blocks of rows, NW warps along n (64 columns each), KS k16 steps of
-// k per unit, STAGES ring slots, DB fragment double buffering, SPARSE: 2:4 weights on mma.sp.
-template <int MB_, int NW_, int KS_, int STAGES_, bool DB_, bool SPARSE_>
+// k per unit, STAGES ring slots, DB fragment double buffering, SPARSE: 2:4 weights on mma.sp,
+// WG: sm_90a wgmma (NW warpgroups of 4 warps along n, each the whole k of a unit; yᵀ = W·xᵀ).
+template <int MB_, int NW_, int KS_, int STAGES_, bool DB_, bool SPARSE_, bool WG_ = false>
 struct Cfg {
   static constexpr int MB = MB_, NW = NW_, KS = KS_, STAGES = STAGES_;
   static constexpr bool DB = DB_;        // fragments double-buffered in registers (else loaded per step)
   static constexpr bool SPARSE = SPARSE_;
+  static constexpr bool WG = WG_;
   static constexpr int FB = DB ? 2 : 1;  // fragment buffers
-  static constexpr int KW = 8 / NW;      // warps along k
+  static constexpr int KW = WG ? 1 : 8 / NW;  // warps (wgmma: warpgroups) along k
+  // Accumulators per thread: [MB][ACC_J][4]; mma.sync: [m16 block][n8 block][c]; wgmma: the
+  // m64nN f32 fragment d[0 .. N/2) (N = M_T) as [N/16][2][4].
+  static constexpr int ACC_J = WG ? 2 : 8;
   static constexpr int M_T = 16 * MB, N_T = 64 * NW, K_T = 16 * KS;
   // A step is one mma's k: 16 (m16n8k16) or 32 (mma.sp m16n8k32); KSW steps per warp per unit.
   static constexpr int STEP_K = SPARSE ? 32 : 16;
@@ -104,13 +125,18 @@ struct Cfg {
   static constexpr int Z_CHUNKS = N_T / 16;
   static constexpr int B_OFF = 0, M_OFF = B_CHUNKS, A_OFF = M_OFF + M_CHUNKS, S_OFF = A_OFF + A_CHUNKS;
   static constexpr int Z_OFF = S_OFF + S_CHUNKS;
-  static constexpr int SLOT = Z_OFF + Z_CHUNKS;
+  // wgmma reads x through a 128-byte-swizzle descriptor: every slot's x tile 1024-byte aligned.
+  static constexpr int SLOT = WG ? (Z_OFF + Z_CHUNKS + 63) / 64 * 64 : Z_OFF + Z_CHUNKS;
   // The f32 output tile [M_T][TS] in shared memory after the ring. Row stride padding: the
   // fragment-order stores of a warp then take the minimal number of wavefronts (dense: float2 at
   // rows g, columns 2t; sparse: floats at rows 2t, columns g).
   static constexpr int TS = N_T + (SPARSE ? 4 : 8);
-  static constexpr size_t SMEM = static_cast<size_t>(SLOT) * 16 * STAGES + static_cast<size_t>(M_T) * TS * 4;
-  static_assert(NW * KW == 8 && KSW * KW == KSTEPS && KSW >= 1, "8 warps split n and k");
+  // wgmma keeps no output tile (the accumulators go out from registers) but aligns the ring to 1 KiB.
+  static constexpr size_t SMEM = static_cast<size_t>(SLOT) * 16 * STAGES +
+                                 (WG ? 1024 : static_cast<size_t>(M_T) * TS * 4);
+  static_assert((WG ? 4 : 1) * NW * KW == 8 && KSW * KW == KSTEPS && KSW >= 1, "8 warps split n and k");
+  static_assert(!WG || (!SPARSE && DB && NW == 2 && A_OFF % 64 == 0 && (MB == 2 || MB == 4 || MB == 8)),
+                "wgmma: dense, 2 warpgroups, x tile 1 KiB aligned, N = M_T in {32, 64, 128}");
   static_assert(!DB || KSW % 2 == 0, "fragment double buffering assumes an even number of steps per unit");
   static_assert(B_CHUNKS % kThreads == 0 && M_CHUNKS <= kThreads, "weight chunks per unit");
   static_assert(S_CHUNKS <= 64 && Z_CHUNKS <= 64, "scale / zero loaders");
@@ -127,6 +153,11 @@ using SpM1 = Cfg<1, 2, 8, 6, false, true>;
 using SpM2 = Cfg<2, 4, 4, 4, false, true>;
 using SpM3 = Cfg<3, 4, 4, 4, false, true>;
 using SpM4 = Cfg<4, 4, 4, 4, false, true>;
+// sm_90a wgmma (m64nNk16, N = M_T): m <= 32, m <= 64, m > 64 (128-row slices: the weights are
+// streamed once for up to 128 rows).
+using WgM2 = Cfg<2, 2, 8, 8, true, false, true>;
+using WgM4 = Cfg<4, 2, 8, 6, true, false, true>;
+using WgM8 = Cfg<8, 2, 8, 5, true, false, true>;
 
 struct Params {
   const uint4* b;     // packed codes
@@ -180,6 +211,110 @@ __device__ __forceinline__ void mma_sp_16832(float (&c)[4], uint32_t a0, uint32_
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b[0]), "r"(b[1]), "r"(b[2]), "r"(b[3]), "r"(e), "n"(SEL));
 }
+// ---- sm_90a wgmma (compiled to a trap elsewhere: the launcher only picks it on sm_90) -----------
+// Order register writes (A fragments, accumulators) before the next wgmma of the warpgroup.
+__device__ __forceinline__ void wgmma_fence() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+// Waits until at most N committed wgmma groups of the warpgroup are pending.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+// Shared memory written through the generic proxy (cp.async, zero fill) and read next by wgmma
+// (async proxy): each writing thread fences after its writes have completed, before the barrier.
+__device__ __forceinline__ void fence_proxy_async() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+// Shared-memory matrix descriptor (PTX ISA, wgmma "matrix descriptor"): start address >> 4 in bits
+// 0-13, leading byte offset >> 4 in 16-29 (unused for K-major 128-byte swizzle: 1), stride byte
+// offset >> 4 in 32-45 (1024 bytes between 8-row groups), base offset 0 (bits 49-51: the x tile is
+// 1 KiB aligned), swizzle mode in 62-63 (1 = 128 bytes).
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3ffffu) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
+         (uint64_t{1} << 62);
+}
+// D[64][N] (+)= A[64][16] · B[16][N]: A (f16) from registers, 4 per thread as mma.m16n8k16's A
+// fragment of the warp's 16 rows; B (f16, K-major) through `desc`; D f32, the thread's N/2
+// accumulators as [N/16][2][4]; scale_d = 0 ignores D's old value.
+__device__ __forceinline__ void wgmma_rs(float (&d)[2][2][4], const uint32_t (&a)[4], uint64_t desc, int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
+      "}, {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n"
+      "}\n"
+      : "+f"(d[0][0][0]), "+f"(d[0][0][1]), "+f"(d[0][0][2]), "+f"(d[0][0][3]), "+f"(d[0][1][0]),
+        "+f"(d[0][1][1]), "+f"(d[0][1][2]), "+f"(d[0][1][3]), "+f"(d[1][0][0]), "+f"(d[1][0][1]),
+        "+f"(d[1][0][2]), "+f"(d[1][0][3]), "+f"(d[1][1][0]), "+f"(d[1][1][1]), "+f"(d[1][1][2]),
+        "+f"(d[1][1][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void wgmma_rs(float (&d)[4][2][4], const uint32_t (&a)[4], uint64_t desc, int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,"
+      "%23,%24,%25,%26,%27,%28,%29,%30,%31"
+      "}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n"
+      "}\n"
+      : "+f"(d[0][0][0]), "+f"(d[0][0][1]), "+f"(d[0][0][2]), "+f"(d[0][0][3]), "+f"(d[0][1][0]),
+        "+f"(d[0][1][1]), "+f"(d[0][1][2]), "+f"(d[0][1][3]), "+f"(d[1][0][0]), "+f"(d[1][0][1]),
+        "+f"(d[1][0][2]), "+f"(d[1][0][3]), "+f"(d[1][1][0]), "+f"(d[1][1][1]), "+f"(d[1][1][2]),
+        "+f"(d[1][1][3]), "+f"(d[2][0][0]), "+f"(d[2][0][1]), "+f"(d[2][0][2]), "+f"(d[2][0][3]),
+        "+f"(d[2][1][0]), "+f"(d[2][1][1]), "+f"(d[2][1][2]), "+f"(d[2][1][3]), "+f"(d[3][0][0]),
+        "+f"(d[3][0][1]), "+f"(d[3][0][2]), "+f"(d[3][0][3]), "+f"(d[3][1][0]), "+f"(d[3][1][1]),
+        "+f"(d[3][1][2]), "+f"(d[3][1][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void wgmma_rs(float (&d)[8][2][4], const uint32_t (&a)[4], uint64_t desc, int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,"
+      "%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,"
+      "%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+      "}, {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n"
+      "}\n"
+      : "+f"(d[0][0][0]), "+f"(d[0][0][1]), "+f"(d[0][0][2]), "+f"(d[0][0][3]), "+f"(d[0][1][0]),
+        "+f"(d[0][1][1]), "+f"(d[0][1][2]), "+f"(d[0][1][3]), "+f"(d[1][0][0]), "+f"(d[1][0][1]),
+        "+f"(d[1][0][2]), "+f"(d[1][0][3]), "+f"(d[1][1][0]), "+f"(d[1][1][1]), "+f"(d[1][1][2]),
+        "+f"(d[1][1][3]), "+f"(d[2][0][0]), "+f"(d[2][0][1]), "+f"(d[2][0][2]), "+f"(d[2][0][3]),
+        "+f"(d[2][1][0]), "+f"(d[2][1][1]), "+f"(d[2][1][2]), "+f"(d[2][1][3]), "+f"(d[3][0][0]),
+        "+f"(d[3][0][1]), "+f"(d[3][0][2]), "+f"(d[3][0][3]), "+f"(d[3][1][0]), "+f"(d[3][1][1]),
+        "+f"(d[3][1][2]), "+f"(d[3][1][3]), "+f"(d[4][0][0]), "+f"(d[4][0][1]), "+f"(d[4][0][2]),
+        "+f"(d[4][0][3]), "+f"(d[4][1][0]), "+f"(d[4][1][1]), "+f"(d[4][1][2]), "+f"(d[4][1][3]),
+        "+f"(d[5][0][0]), "+f"(d[5][0][1]), "+f"(d[5][0][2]), "+f"(d[5][0][3]), "+f"(d[5][1][0]),
+        "+f"(d[5][1][1]), "+f"(d[5][1][2]), "+f"(d[5][1][3]), "+f"(d[6][0][0]), "+f"(d[6][0][1]),
+        "+f"(d[6][0][2]), "+f"(d[6][0][3]), "+f"(d[6][1][0]), "+f"(d[6][1][1]), "+f"(d[6][1][2]),
+        "+f"(d[6][1][3]), "+f"(d[7][0][0]), "+f"(d[7][0][1]), "+f"(d[7][0][2]), "+f"(d[7][0][3]),
+        "+f"(d[7][1][0]), "+f"(d[7][1][1]), "+f"(d[7][1][2]), "+f"(d[7][1][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
+#else
+  __trap();
+#endif
+}
+
 // (a & b) | c
 __device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
   uint32_t d;
@@ -247,10 +382,15 @@ __global__ void to_f16_kernel(const float* __restrict__ x, const int* __restrict
 // ---- the GEMM -----------------------------------------------------------------------------------
 template <class C>
 __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
-  extern __shared__ uint4 smem[];
+  extern __shared__ uint4 smem_raw[];
   __shared__ int s_last;
+  // wgmma: the ring starts at the next 1 KiB boundary (C::SMEM has the slack).
+  uint4* const smem = C::WG ? smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u) / 16 : smem_raw;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wn = warp % C::NW, wk = warp / C::NW;
+  // mma.sync: warp (wn, wk) = (warp % NW, warp / NW). wgmma: warpgroup wn = warp / 4 owns the 64
+  // columns [64 wn, 64 wn + 64) of the tile; its warp wq = warp % 4 holds rows 16 wq.. of the
+  // m64 A operand = column block wq (word wq of the packed 16 bytes).
+  const int wn = C::WG ? warp / 4 : warp % C::NW, wk = C::WG ? 0 : warp / C::NW, wq = warp & 3;
   const int g = lane >> 2, t = lane & 3;
   const int nb64 = p.n >> 6;
   const int u_begin = blockIdx.x * p.per_block;
@@ -305,7 +445,9 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
     }
   };
   // Activations of unit (kt, ms): rows >= m are zero-filled; chunk ch of row r is stored at
-  // ch ^ (r & 7) so that ldmatrix's 8 row addresses hit 8 different bank groups.
+  // ch ^ (r & 7) so that ldmatrix's 8 row addresses hit 8 different bank groups. wgmma (xᵀ as the
+  // K-major B operand, 128-byte swizzle): per k half h = ch / 8, 128-byte rows (row r at
+  // h * M_T * 128 + r * 128 bytes), the 16-byte chunk ch % 8 at position (ch % 8) ^ (r & 7).
   auto fetch_act = [&](int slot, int kt, int ms) {
     uint4* sa = smem + slot * C::SLOT + C::A_OFF;
 #pragma unroll
@@ -316,7 +458,9 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
         const int row = ms * C::M_T + r;
         const bool ok = row < p.m;
         const uint4* src = p.a + static_cast<int64_t>(ok ? row : 0) * (p.k_pad / 8) + kt * C::A_ROW_CHUNKS + ch;
-        cp_async_zfill(sa + r * C::A_ROW_CHUNKS + (ch ^ (r & 7)), src, ok);
+        const int dst = C::WG ? (ch >> 3) * C::M_T * 8 + r * 8 + ((ch & 7) ^ (r & 7))
+                              : r * C::A_ROW_CHUNKS + (ch ^ (r & 7));
+        cp_async_zfill(sa + dst, src, ok);
       }
     }
   };
@@ -340,13 +484,18 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
     advance(f_kt, f_ns, f_ms);
   }
 
-  float acc[C::MB][8][4];
+  // wgmma: never written outside the wgmma (the first one of a slice runs with scale-d = 0, see
+  // fresh), so that ptxas need not wait for the tensor cores to move them.
+  float acc[C::MB][C::ACC_J][4];
+  int fresh = 1;
+  if constexpr (!C::WG) {
 #pragma unroll
-  for (int mb = 0; mb < C::MB; ++mb)
+    for (int mb = 0; mb < C::MB; ++mb)
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+      for (int j = 0; j < C::ACC_J; ++j)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) acc[mb][j][c] = 0.f;
+        for (int c = 0; c < 4; ++c) acc[mb][j][c] = 0.f;
+  }
 
   uint32_t af[C::FB][C::NX][4];  // x fragments (double-buffered over steps when C::DB)
   uint32_t bq[C::FB][4];         // weight words
@@ -367,6 +516,10 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
   // per 8-row block): lane l addresses row l % 8 at k chunk l / 8.
   auto load_frags = [&](int buf, int slot, int kk) {
     const uint4* sb = smem + slot * C::SLOT;
+    if constexpr (C::WG) {  // the warp's one word (x goes to the tensor cores from shared memory)
+      bq[buf][0] = reinterpret_cast<const uint32_t*>(sb + C::B_OFF + (kk * C::NW + wn) * 32 + lane)[wq];
+      return;
+    }
     const uint4 q = sb[C::B_OFF + (kk * C::NW + wn) * 32 + lane];
     bq[buf][0] = q.x, bq[buf][1] = q.y, bq[buf][2] = q.z, bq[buf][3] = q.w;
     const uint4* sa = sb + C::A_OFF;
@@ -390,10 +543,26 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
   };
   auto load_sz = [&](int slot) {
     const uint4* sb = smem + slot * C::SLOT;
+    if constexpr (C::WG) {  // entries 2 wq, 2 wq + 1 only: scales in sv_n.x, zeros in zv_n.x's low half
+      sv_n.x = reinterpret_cast<const uint32_t*>(sb + C::S_OFF + wn * 8 + g)[wq];
+      if (has_z) zv_n.x = reinterpret_cast<const uint16_t*>(sb + C::Z_OFF)[(wn * 8 + g) * 4 + wq];
+      return;
+    }
     sv_n = sb[C::S_OFF + wn * 8 + g];
     if (has_z) zv_n = reinterpret_cast<const uint2*>(sb + C::Z_OFF)[wn * 8 + g];
   };
   auto expand_sz = [&]() {
+    if constexpr (C::WG) {  // sc, zl, zh [0]: column 16 wq + g, [1]: column 16 wq + 8 + g
+      sc[0] = __byte_perm(sv_n.x, 0, 0x1010);
+      sc[1] = __byte_perm(sv_n.x, 0, 0x3232);
+      if (has_z) {
+        zl[0] = __byte_perm(zv_n.x, 0x64u, 0x4040u);
+        zl[1] = __byte_perm(zv_n.x, 0x64u, 0x4141u);
+        zh[0] = hsub2(k960, zl[0]);
+        zh[1] = hsub2(k960, zl[1]);
+      }
+      return;
+    }
     const uint32_t sw[4] = {sv_n.x, sv_n.y, sv_n.z, sv_n.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -409,41 +578,157 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
       }
     }
   };
-  auto compute = [&](int buf) {
+  // Word q of column block j (scale / zero entries e = 2j, 2j + 1) -> the f16x2 registers b00, b01
+  // (column block 16j.., k 2t / 2t + 8) and b10, b11 (16j + 8..).
+  auto dequant = [&](uint32_t q, int e, uint32_t& b00, uint32_t& b01, uint32_t& b10, uint32_t& b11) {
+    const uint32_t lo0 = and_or(q, kMaskLo, kExp), hi0 = and_or(q, kMaskHi, kExp);
+    q >>= 8;
+    const uint32_t lo1 = and_or(q, kMaskLo, kExp), hi1 = and_or(q, kMaskHi, kExp);
+    // lo: (1024 + q) - (1024 + z); hi: (1024 + 16q) / 16 - (64 + z): q - z exactly, then * s.
+    b00 = hmul2(hsub2(lo0, zl[e]), sc[e]);
+    b01 = hmul2(hfma2(hi0, kSixteenth, zh[e]), sc[e]);
+    b10 = hmul2(hsub2(lo1, zl[e + 1]), sc[e + 1]);
+    b11 = hmul2(hfma2(hi1, kSixteenth, zh[e + 1]), sc[e + 1]);
+  };
+  // wgmma: descriptor of k16 step kk of ring slot `slot`'s x tile (k half kk / 4, 32 bytes per step).
+  auto x_desc = [&](int slot, int kk) {
+    return sw128_desc(smem_u32(smem + slot * C::SLOT + C::A_OFF) + (kk >> 2) * C::M_T * 128 + (kk & 3) * 32);
+  };
+  constexpr int kWgGroup = C::M_T >= 128 ? 2 : 4;  // wgmma: k16 steps per commit group (measured)
+  uint32_t ag[kWgGroup][4];        // wgmma: the A fragments of a group's steps
+  auto compute = [&](int buf, int slot, int kk) {
+    if constexpr (C::WG) {
+      // The warp's word is column block wq = rows 16 wq.. of the m64 A operand: A fragment
+      // {row g k 2t, row g+8 k 2t, row g k 2t+8, row g+8 k 2t+8} = {b00, b10, b01, b11}. Steps
+      // go to the tensor cores in groups of kWgGroup (one commit group); the wait then retires
+      // the previous group, so that the next group's dequantization overlaps this one's work and
+      // may reuse the previous group's A registers (waiting for fewer groups than that makes
+      // ptxas serialize the wgmmas: C7513). The ring slot refilled before a unit's last step is
+      // then retired: its last group was followed by at least one more group and its wait.
+      static_assert(C::KSW % kWgGroup == 0 && kWgGroup <= C::KSW / 2, "wgmma groups per unit");
+      dequant(bq[buf][0], 0, ag[kk % kWgGroup][0], ag[kk % kWgGroup][2], ag[kk % kWgGroup][1],
+              ag[kk % kWgGroup][3]);
+      if (kk % kWgGroup == kWgGroup - 1) {
+        wgmma_fence();
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      uint32_t q = bq[buf][j];
-      const uint32_t lo0 = and_or(q, kMaskLo, kExp), hi0 = and_or(q, kMaskHi, kExp);
-      q >>= 8;
-      const uint32_t lo1 = and_or(q, kMaskLo, kExp), hi1 = and_or(q, kMaskHi, kExp);
-      // lo: (1024 + q) - (1024 + z); hi: (1024 + 16q) / 16 - (64 + z): q - z exactly, then * s.
-      const uint32_t b00 = hmul2(hsub2(lo0, zl[2 * j]), sc[2 * j]);
-      const uint32_t b01 = hmul2(hfma2(hi0, kSixteenth, zh[2 * j]), sc[2 * j]);
-      const uint32_t b10 = hmul2(hsub2(lo1, zl[2 * j + 1]), sc[2 * j + 1]);
-      const uint32_t b11 = hmul2(hfma2(hi1, kSixteenth, zh[2 * j + 1]), sc[2 * j + 1]);
-      if constexpr (C::SPARSE) {
-        // Word j is column block f = j: A = {a0a1, a2a3, a4a5, a6a7} = {b00, b10, b01, b11};
-        // accumulator [nb8 / 2][2f + nb8 % 2] is columns 16f.. x rows 8 nb8...
-        const uint32_t e = mq[buf][j >> 1];
+        for (int u = 0; u < kWgGroup; ++u)
+          wgmma_rs(acc, ag[u], x_desc(slot, kk - kWgGroup + 1 + u), u == 0 && fresh ? 0 : 1);
+        fresh = 0;
+        wgmma_commit();
+        wgmma_wait<1>();
+      }
+    } else {
 #pragma unroll
-        for (int nb8 = 0; nb8 < C::NX; ++nb8) {
-          if (8 * nb8 < xrows) {
-            if (j & 1)
-              mma_sp_16832<1>(acc[nb8 >> 1][2 * j + (nb8 & 1)], b00, b10, b01, b11, af[buf][nb8], e);
-            else
-              mma_sp_16832<0>(acc[nb8 >> 1][2 * j + (nb8 & 1)], b00, b10, b01, b11, af[buf][nb8], e);
+      for (int j = 0; j < 4; ++j) {
+        uint32_t b00, b01, b10, b11;
+        dequant(bq[buf][j], 2 * j, b00, b01, b10, b11);
+        if constexpr (C::SPARSE) {
+          // Word j is column block f = j: A = {a0a1, a2a3, a4a5, a6a7} = {b00, b10, b01, b11};
+          // accumulator [nb8 / 2][2f + nb8 % 2] is columns 16f.. x rows 8 nb8...
+          const uint32_t e = mq[buf][j >> 1];
+#pragma unroll
+          for (int nb8 = 0; nb8 < C::NX; ++nb8) {
+            if (8 * nb8 < xrows) {
+              if (j & 1)
+                mma_sp_16832<1>(acc[nb8 >> 1][2 * j + (nb8 & 1)], b00, b10, b01, b11, af[buf][nb8], e);
+              else
+                mma_sp_16832<0>(acc[nb8 >> 1][2 * j + (nb8 & 1)], b00, b10, b01, b11, af[buf][nb8], e);
+            }
           }
-        }
-      } else {
+        } else {
 #pragma unroll
-        for (int mb = 0; mb < C::MB; ++mb) {
-          mma_16816(acc[mb][2 * j], af[buf][mb], b00, b01);
-          mma_16816(acc[mb][2 * j + 1], af[buf][mb], b10, b11);
+          for (int mb = 0; mb < C::MB; ++mb) {
+            mma_16816(acc[mb][2 * j], af[buf][mb], b00, b01);
+            mma_16816(acc[mb][2 * j + 1], af[buf][mb], b10, b11);
+          }
         }
       }
     }
   };
 
+  // Block b's partial tile of slice s in scratch: slot 0 if s is the block's first slice, else 1
+  // (its last).
+  auto partial_of = [&](int s, int b) {
+    const int slot = (b * p.per_block / p.k_tiles == s) ? 0 : 1;
+    return reinterpret_cast<float4*>(p.partial + static_cast<int64_t>(b * 2 + slot) * (C::M_T * C::N_T));
+  };
+  // Counts this block's partial tile of slice s (covering blocks b_first..b_last) in; true in the
+  // block that completes the count (it then leaves the counter at 0).
+  auto arrive_last = [&](int b_first, int b_last) {
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      const int old = atomicAdd(p.counters + b_last, 1);
+      const int last = old == b_last - b_first;
+      if (last) atomicExch(p.counters + b_last, 0);  // leave the counter zeroed for the next call
+      s_last = last;
+    }
+    __syncthreads();
+    if (!s_last) return false;
+    __threadfence();
+    return true;
+  };
+  auto finish_slice_wg = [&](int ns, int ms) {
+    // Straight from the accumulators: acc[i / 2][i % 2][c] is y row 8i + 2t + (c & 1) of the
+    // slice, column 64 wn + 16 wq + g + 8 (c >> 1) of the tile. Scalar stores to y (each warp
+    // store fills 32-byte sectors); partial tiles in fragment order (float4 i of thread tid at
+    // i * kThreads + tid), summed by the last block in block order as below.
+    wgmma_wait<0>();
+    const int s = ms * p.n_tiles + ns;
+    const int b_first = s * p.k_tiles / p.per_block;
+    const int b_last = ((s + 1) * p.k_tiles - 1) / p.per_block;
+    const int row0 = ms * C::M_T, rows = min(C::M_T, p.m - row0);
+    const int col = ns * C::N_T + 64 * wn + 16 * wq + g;
+    const bool col_ok = ns * C::N_T + 64 * wn < p.n;
+    constexpr int NI = C::M_T / 8;
+    auto yp = [&](int i, int c) {
+      return p.y + static_cast<int64_t>(row0 + 8 * i + 2 * t + (c & 1)) * p.n + col + 8 * (c >> 1);
+    };
+    auto acc4 = [&](int i) {
+      return make_float4(acc[i >> 1][i & 1][0], acc[i >> 1][i & 1][1], acc[i >> 1][i & 1][2], acc[i >> 1][i & 1][3]);
+    };
+    auto ok = [&](int i, int c) { return col_ok && 8 * i + 2 * t + (c & 1) < rows; };
+    if (b_first == b_last) {
+#pragma unroll
+      for (int i = 0; i < NI; ++i)
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          if (ok(i, c)) *yp(i, c) = p.accumulate ? __ldcg(yp(i, c)) + acc[i >> 1][i & 1][c] : acc[i >> 1][i & 1][c];
+      return;
+    }
+    {
+      float4* part = partial_of(s, blockIdx.x);
+#pragma unroll
+      for (int i = 0; i < NI; ++i)
+        if (8 * i < rows) __stcg(part + i * kThreads + tid, acc4(i));
+    }
+    if (!arrive_last(b_first, b_last)) return;
+    float v[NI][4];
+#pragma unroll
+    for (int i = 0; i < NI; ++i)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) v[i][c] = p.accumulate && ok(i, c) ? __ldcg(yp(i, c)) : 0.f;
+    // Per partial, all NI loads are issued before the first add (unconditionally: entries of rows
+    // >= m are summed but never stored), so that their latencies overlap.
+    for (int b = b_first; b <= b_last; ++b) {
+      float4 w[NI];
+      if (b == static_cast<int>(blockIdx.x)) {
+#pragma unroll
+        for (int i = 0; i < NI; ++i) w[i] = acc4(i);
+      } else {
+        const float4* part = partial_of(s, b);
+#pragma unroll
+        for (int i = 0; i < NI; ++i) w[i] = __ldcg(part + i * kThreads + tid);
+      }
+#pragma unroll
+      for (int i = 0; i < NI; ++i) v[i][0] += w[i].x, v[i][1] += w[i].y, v[i][2] += w[i].z, v[i][3] += w[i].w;
+    }
+#pragma unroll
+    for (int i = 0; i < NI; ++i)
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        if (ok(i, c)) *yp(i, c) = v[i][c];
+  };
   // End of this block's part of a slice. The k-warps add their sums into a shared-memory tile in
   // a fixed order; then all threads move the tile in float4: straight into y when the block covers
   // the slice's whole k range, else into a partial tile in scratch, counted; the block completing
@@ -519,29 +804,15 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
       }
       return;
     }
-    auto partial_of = [&](int b) {
-      const int slot = (b * p.per_block / p.k_tiles == s) ? 0 : 1;  // the block's first slice or its last
-      return reinterpret_cast<float4*>(p.partial + static_cast<int64_t>(b * 2 + slot) * (C::M_T * C::N_T));
-    };
     {
-      float4* part = partial_of(blockIdx.x);
+      float4* part = partial_of(s, blockIdx.x);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int q = tid + u * kThreads;
         if (ok(q)) __stcg(part + q, tile4(q));
       }
     }
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-      const int old = atomicAdd(p.counters + b_last, 1);
-      const int last = old == b_last - b_first;
-      if (last) atomicExch(p.counters + b_last, 0);  // leave the counter zeroed for the next call
-      s_last = last;
-    }
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
+    if (!arrive_last(b_first, b_last)) return;
     // y (when accumulating), then the partials in block order; kP partials' loads are issued
     // together so that their latencies overlap (about 16 float4 in flight per thread).
     constexpr int kP = std::clamp(16 / U, 1, 8);
@@ -557,7 +828,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
 #pragma unroll
       for (int j = 0; j < kP; ++j) {
         const int b = b0 + j;
-        const float4* part = partial_of(b);
+        const float4* part = partial_of(s, b);
         const bool mine = b == static_cast<int>(blockIdx.x);
 #pragma unroll
         for (int u = 0; u < U; ++u) {
@@ -580,6 +851,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
 
   // Main loop over this block's units.
   cp_async_wait<C::STAGES - 2>();
+  if constexpr (C::WG) fence_proxy_async();
   __syncthreads();
   if constexpr (C::DB) load_frags(0, 0, wk * C::KSW);
   load_sz(0);
@@ -592,6 +864,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
     // of unit i - 1, so refill that slot with unit i + STAGES - 1.
     auto transition = [&]() {
       cp_async_wait<C::STAGES - 3>();
+      if constexpr (C::WG) fence_proxy_async();
       __syncthreads();
       if (i + C::STAGES - 1 < n_units) {
         const int fslot = slot == 0 ? C::STAGES - 1 : slot - 1;
@@ -611,27 +884,34 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
           load_frags((j + 1) & 1, next, wk * C::KSW);  // unit i + 1's first step
           load_sz(next);
         }
-        compute(j & 1);
+        compute(j & 1, slot, wk * C::KSW + j);
       } else {
         if (j + 1 == C::KSW) transition();
         load_frags(0, slot, wk * C::KSW + j);
         if (j + 1 == C::KSW) load_sz(next);
-        compute(0);
+        compute(0, slot, wk * C::KSW + j);
       }
     }
     expand_sz();
     if (c_kt == p.k_tiles - 1 || i == n_units - 1) {
-      finish_slice(c_ns, c_ms);
+      if constexpr (C::WG) {
+        finish_slice_wg(c_ns, c_ms);
+        fresh = 1;  // the next unit's first wgmma overwrites the accumulators
+      } else {
+        finish_slice(c_ns, c_ms);
+      }
 #pragma unroll
       for (int mb = 0; mb < C::MB; ++mb)
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
+        for (int j = 0; j < C::ACC_J; ++j)
 #pragma unroll
-          for (int c = 0; c < 4; ++c) acc[mb][j][c] = 0.f;
+          for (int c = 0; c < 4; ++c)
+            if constexpr (!C::WG) acc[mb][j][c] = 0.f;
     }
     advance(c_kt, c_ns, c_ms);
     slot = next;
   }
+  if constexpr (C::WG) wgmma_wait<0>();  // (finish_slice_wg has waited already: tells ptxas so)
   cp_async_wait<0>();
 }
 
@@ -643,7 +923,8 @@ template <class C>
 constexpr Plan plan_of() {
   return {C::MB, C::M_T, C::N_T, C::K_T};
 }
-Plan plan_for(int64_t m, bool sparse) {
+Plan plan_for(int64_t m, bool sparse, bool wg) {
+  if (wg) return m <= 32 ? plan_of<WgM2>() : m <= 64 ? plan_of<WgM4>() : plan_of<WgM8>();
   if (m <= 16) return sparse ? plan_of<SpM1>() : plan_of<CfgM1>();
   if (m <= 32) return sparse ? plan_of<SpM2>() : plan_of<CfgM2>();
   if (m <= 48) return sparse ? plan_of<SpM3>() : plan_of<CfgM3>();
@@ -659,6 +940,31 @@ Status marlin_facts(DeviceFacts& out) {
   return Status::ok();
 }
 
+// The wgmma kernels run on sm_90 for m >= kWgMinM, dense weights, unless LITHE_MARLIN_WGMMA=0,
+// and only where the binary holds sm_90 code for them (the project builds 90a-real; a plain
+// sm_90 build would compile them to a trap, see wgmma_rs).
+constexpr int64_t kWgMinM = 17;
+bool wgmma_on(const DeviceFacts& d, int64_t m, bool sparse) {
+  static const bool env_off = [] {
+    const char* e = std::getenv("LITHE_MARLIN_WGMMA");
+    return e != nullptr && std::strcmp(e, "0") == 0;
+  }();
+  if (env_off || sparse || m < kWgMinM || d.major != 9) return false;
+  static std::array<std::atomic<int>, kMaxDevices> built{};  // 0: not asked yet, 1: yes, 2: no
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (built[dev].load(std::memory_order_acquire) == 0) {
+    cudaFuncAttributes a{};
+    const bool ok = cudaFuncGetAttributes(&a, gemm_kernel<WgM8>) == cudaSuccess && a.binaryVersion == 90;
+    if (!ok) (void)cudaGetLastError();
+    built[dev].store(ok ? 1 : 2, std::memory_order_release);
+  }
+  return built[dev].load(std::memory_order_acquire) == 1;
+}
+
 bool pdl_on(const DeviceFacts& d) {
   static const bool env_off = [] {
     const char* e = std::getenv("LITHE_MARLIN_PDL");
@@ -672,8 +978,8 @@ int64_t align256(int64_t v) { return (v + 255) / 256 * 256; }
 struct ScratchLayout {
   int64_t x16_off, partial_off, total;
 };
-ScratchLayout scratch_layout(const PackedWeight& w, int64_t m, int sms) {
-  const Plan pl = plan_for(m, w.fmt.sparse24);
+ScratchLayout scratch_layout(const PackedWeight& w, int64_t m, int sms, bool wg) {
+  const Plan pl = plan_for(m, w.fmt.sparse24, wg);
   ScratchLayout l;
   l.x16_off = kCounterBytes;
   l.partial_off = l.x16_off + align256(m * padded_k(w.n_in) * 2);
@@ -719,8 +1025,12 @@ Status launch_gemm(const Params& p, int grid, bool pdl, const DeviceFacts& d, cu
 
 int64_t marlin_scratch_bytes(const PackedWeight& w, int64_t m) {
   detail::DeviceFacts d;
-  if (!marlin::marlin_facts(d).is_ok()) d.sms = marlin::kMaxBlocks;  // an upper bound
-  return marlin::scratch_layout(w, std::max<int64_t>(m, 1), d.sms).total;
+  m = std::max<int64_t>(m, 1);
+  if (!marlin::marlin_facts(d).is_ok()) {  // an upper bound: either kernel family, the largest grid
+    d.sms = marlin::kMaxBlocks;
+    return std::max(marlin::scratch_layout(w, m, d.sms, false).total, marlin::scratch_layout(w, m, d.sms, true).total);
+  }
+  return marlin::scratch_layout(w, m, d.sms, marlin::wgmma_on(d, m, w.fmt.sparse24)).total;
 }
 
 Status marlin_linear(const PackedWeight& w, const void* w_dev, const float* x, int64_t m, float* y, bool accumulate,
@@ -739,12 +1049,13 @@ Status marlin_linear(const PackedWeight& w, const void* w_dev, const float* x, i
     return detail::bad_arg("marlin_linear: the weights and y must be 16-byte aligned, scratch 256-byte aligned");
   DeviceFacts d;
   LITHE_TRY(marlin_facts(d));
-  const ScratchLayout sl = scratch_layout(w, m, d.sms);
+  const bool wg = wgmma_on(d, m, w.fmt.sparse24);
+  const ScratchLayout sl = scratch_layout(w, m, d.sms, wg);
   if (scratch_bytes < sl.total)
     return detail::bad_arg("marlin_linear: scratch of " + std::to_string(scratch_bytes) + " bytes is too small for " +
                            std::to_string(m) + " rows of [" + std::to_string(w.n_out) + ", " + std::to_string(w.n_in) +
                            "] (needs " + std::to_string(sl.total) + ", see marlin_scratch_bytes)");
-  const Plan pl = plan_for(m, w.fmt.sparse24);
+  const Plan pl = plan_for(m, w.fmt.sparse24, wg);
   const int64_t k_pad = padded_k(w.n_in);
   const int64_t n_tiles = detail::ceil_div(w.n_out, pl.n_t);
   const int64_t k_tiles = detail::ceil_div(w.n_in, pl.k_t);
@@ -798,6 +1109,13 @@ Status marlin_linear(const PackedWeight& w, const void* w_dev, const float* x, i
       case 2: return launch_gemm<SpM2>(p, gr, pdl, d, stream);
       case 3: return launch_gemm<SpM3>(p, gr, pdl, d, stream);
       default: return launch_gemm<SpM4>(p, gr, pdl, d, stream);
+    }
+  }
+  if (wg) {
+    switch (pl.mb) {
+      case 2: return launch_gemm<WgM2>(p, gr, pdl, d, stream);
+      case 4: return launch_gemm<WgM4>(p, gr, pdl, d, stream);
+      default: return launch_gemm<WgM8>(p, gr, pdl, d, stream);
     }
   }
   switch (pl.mb) {

@@ -9,6 +9,11 @@
 #                                         the same binary under each environment setting in
 #                                         turn: e2e int4 g128 tg128 at depth 0 (alternated, ROUNDS
 #                                         rounds), then the int4 matrices and layer (m = 1, 8, 16)
+#   bash bench/gq_device_run.sh verify    after `build`-ing all targets: every CUDA test (the Marlin
+#                                         ones again with LITHE_MARLIN_WGMMA=0), e2e tg128 at depth 0
+#                                         (f16, int4 g128 with and without the GEMV's L2 prefetch,
+#                                         int8, int3), pp512 on the Marlin layout with and without
+#                                         wgmma, bench_cuda_qgemm (wgmma on / off) and the int4 GEMV
 #   bash bench/gq_device_run.sh profile REGEX SKIP [REGEX SKIP ...]
 #                                         ncu (speed of light, occupancy, warp states) on launch
 #                                         SKIP of the kernels matching REGEX in bench_cuda_gq_gemv --quick
@@ -49,6 +54,32 @@ case "${1:-}" in
           --json 2> "$OUT/e2e.err") || { tail -5 "$OUT/e2e.err"; continue; }
       echo "$j" | python3 -c "import json,sys; j=json.load(sys.stdin); print('[$setting] pp2048', round(j['prompt_tokens_per_second']['median'],1), 'tok/s')"
     done
+    ;;
+  verify)
+    set -o pipefail
+    $B/bin/lithe_cuda_tests 2>&1 | tee "$OUT/cuda_tests.txt" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\]|Failure" | head -20
+    LITHE_MARLIN_WGMMA=0 $B/bin/lithe_cuda_tests --gtest_filter='Marlin*' 2>&1 | tee "$OUT/marlin_old_tests.txt" |
+      grep -E "^\[  (FAILED|PASSED) |Failure" | head
+    tg() {  # tg DTYPE [VAR=V ...]: tok/s, tg128 at depth 0
+      local d=$1; shift
+      env "$@" $L bench --synthetic llama2-7b --dtype "$d" -p 0 -n 128 -r 5 --device cuda --kv-type f16 -d 0 --json 2>/dev/null |
+        python3 -c "import json,sys; print(round(json.load(sys.stdin)['gen_tokens_per_second']['median'],1))"
+    }
+    for r in 1 2; do
+      echo "round $r: int4-g128 $(tg int4-g128) | prefetch off $(tg int4-g128 LITHE_GEMV_PREFETCH=0) | f16 $(tg f16) | int8 $(tg int8) | int3-g128 $(tg int3-g128)"
+    done
+    for w in 1 0; do
+      j=$(LITHE_GQ_KERNEL=marlin LITHE_MARLIN_WGMMA=$w $L bench --synthetic llama2-7b --dtype int4-g128 -p 512 --ubatch 512 -n 0 -r 3 \
+          --device cuda --kv-type f16 --json 2>/dev/null)
+      echo "marlin layout LITHE_MARLIN_WGMMA=$w pp512 $(echo "$j" | python3 -c "import json,sys; print(round(json.load(sys.stdin)['prompt_tokens_per_second']['median'],1))") tok/s"
+    done
+    for w in 1 0; do
+      echo "== bench_cuda_qgemm LITHE_MARLIN_WGMMA=$w"
+      LITHE_MARLIN_WGMMA=$w BENCH_M=1,16,32,64,128 $B/bin/bench_cuda_qgemm --quick $([ $w = 1 ] && echo --sparse) > "$OUT/qgemm_wgmma$w.md" 2>&1
+      grep '^|' "$OUT/qgemm_wgmma$w.md" | cut -d'|' -f2,4,5,7,12,15,17 | grep -v -- "---"
+    done
+    BENCH_FORMAT=int4 $B/bin/bench_cuda_gq_gemv --quick > "$OUT/gq_gemv.md" 2>&1
+    grep -E "^\| (4096|11008|int4)" "$OUT/gq_gemv.md" | cut -c1-120
     ;;
   knob)
     rounds=$2; shift 2
@@ -91,5 +122,5 @@ case "${1:-}" in
       shift 2
     done
     ;;
-  *) echo "usage: $0 build|kernels|e2e|knob|profile|profile_qgemm"; exit 2 ;;
+  *) echo "usage: $0 build|kernels|e2e|verify|knob|profile|profile_qgemm"; exit 2 ;;
 esac

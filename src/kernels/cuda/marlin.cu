@@ -941,10 +941,14 @@ Status marlin_facts(DeviceFacts& out) {
 }
 
 // The wgmma kernels run on sm_90 for m >= kWgMinM, dense weights, unless LITHE_MARLIN_WGMMA=0,
-// and only where the binary holds sm_90 code for them (the project builds 90a-real; a plain
-// sm_90 build would compile them to a trap, see wgmma_rs).
+// and only where the binary holds sm_90a code for them: 90a among the build's targets
+// (LITHE_BUILT_SM90A, src/CMakeLists.txt; a plain sm_90 build compiles them to a trap, see
+// wgmma_rs) and the kernel's code for this device is sm_90 code, not sm_80 code run on it.
 constexpr int64_t kWgMinM = 17;
 bool wgmma_on(const DeviceFacts& d, int64_t m, bool sparse) {
+#if !defined(LITHE_BUILT_SM90A)
+  return false;
+#endif
   static const bool env_off = [] {
     const char* e = std::getenv("LITHE_MARLIN_WGMMA");
     return e != nullptr && std::strcmp(e, "0") == 0;

@@ -247,73 +247,47 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
 }
 // D[64][N] (+)= A[64][16] · B[16][N]: A (f16) from registers, 4 per thread as mma.m16n8k16's A
 // fragment of the warp's 16 rows; B (f16, K-major) through `desc`; D f32, the thread's N/2
-// accumulators as [N/16][2][4]; scale_d = 0 ignores D's old value.
-__device__ __forceinline__ void wgmma_rs(float (&d)[2][2][4], const uint32_t (&a)[4], uint64_t desc, int scale_d) {
+// accumulators as [J = N/16][2][4]; scale_d = 0 ignores D's old value. Inline asm lists every
+// accumulator, so each N has its own statement; the macros spell the lists.
+#define LITHE_WG_OP(N, D, A, DESC, SCALE)                                                         \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\nwgmma.mma_async.sync.aligned.m64n" N          \
+  "k16.f32.f16.f16 {" D "}, {" A "}, " DESC ", p, 1, 1, 0;\n}\n"
+#define LITHE_WG_D16 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
+#define LITHE_WG_D32 LITHE_WG_D16 ",%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+#define LITHE_WG_D64 \
+  LITHE_WG_D32 ",%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47" \
+               ",%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+#define LITHE_WG_ACC8(j)                                                                          \
+  "+f"(d[j][0][0]), "+f"(d[j][0][1]), "+f"(d[j][0][2]), "+f"(d[j][0][3]), "+f"(d[j][1][0]),      \
+      "+f"(d[j][1][1]), "+f"(d[j][1][2]), "+f"(d[j][1][3])
+#define LITHE_WG_IN "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d)
+template <int J>
+__device__ __forceinline__ void wgmma_rs(float (&d)[J][2][4], const uint32_t (&a)[4], uint64_t desc, int scale_d) {
+  static_assert(J == 2 || J == 4 || J == 8, "N = 32, 64 or 128");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {"
-      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
-      "}, {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n"
-      "}\n"
-      : "+f"(d[0][0][0]), "+f"(d[0][0][1]), "+f"(d[0][0][2]), "+f"(d[0][0][3]), "+f"(d[0][1][0]),
-        "+f"(d[0][1][1]), "+f"(d[0][1][2]), "+f"(d[0][1][3]), "+f"(d[1][0][0]), "+f"(d[1][0][1]),
-        "+f"(d[1][0][2]), "+f"(d[1][0][3]), "+f"(d[1][1][0]), "+f"(d[1][1][1]), "+f"(d[1][1][2]),
-        "+f"(d[1][1][3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
+  if constexpr (J == 2)
+    asm volatile(LITHE_WG_OP("32", LITHE_WG_D16, "%16,%17,%18,%19", "%20", "%21")
+                 : LITHE_WG_ACC8(0), LITHE_WG_ACC8(1)
+                 : LITHE_WG_IN);
+  else if constexpr (J == 4)
+    asm volatile(LITHE_WG_OP("64", LITHE_WG_D32, "%32,%33,%34,%35", "%36", "%37")
+                 : LITHE_WG_ACC8(0), LITHE_WG_ACC8(1), LITHE_WG_ACC8(2), LITHE_WG_ACC8(3)
+                 : LITHE_WG_IN);
+  else
+    asm volatile(LITHE_WG_OP("128", LITHE_WG_D64, "%64,%65,%66,%67", "%68", "%69")
+                 : LITHE_WG_ACC8(0), LITHE_WG_ACC8(1), LITHE_WG_ACC8(2), LITHE_WG_ACC8(3), LITHE_WG_ACC8(4),
+                   LITHE_WG_ACC8(5), LITHE_WG_ACC8(6), LITHE_WG_ACC8(7)
+                 : LITHE_WG_IN);
 #else
   __trap();
 #endif
 }
-__device__ __forceinline__ void wgmma_rs(float (&d)[4][2][4], const uint32_t (&a)[4], uint64_t desc, int scale_d) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
-      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,"
-      "%23,%24,%25,%26,%27,%28,%29,%30,%31"
-      "}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n"
-      "}\n"
-      : "+f"(d[0][0][0]), "+f"(d[0][0][1]), "+f"(d[0][0][2]), "+f"(d[0][0][3]), "+f"(d[0][1][0]),
-        "+f"(d[0][1][1]), "+f"(d[0][1][2]), "+f"(d[0][1][3]), "+f"(d[1][0][0]), "+f"(d[1][0][1]),
-        "+f"(d[1][0][2]), "+f"(d[1][0][3]), "+f"(d[1][1][0]), "+f"(d[1][1][1]), "+f"(d[1][1][2]),
-        "+f"(d[1][1][3]), "+f"(d[2][0][0]), "+f"(d[2][0][1]), "+f"(d[2][0][2]), "+f"(d[2][0][3]),
-        "+f"(d[2][1][0]), "+f"(d[2][1][1]), "+f"(d[2][1][2]), "+f"(d[2][1][3]), "+f"(d[3][0][0]),
-        "+f"(d[3][0][1]), "+f"(d[3][0][2]), "+f"(d[3][0][3]), "+f"(d[3][1][0]), "+f"(d[3][1][1]),
-        "+f"(d[3][1][2]), "+f"(d[3][1][3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
-#else
-  __trap();
-#endif
-}
-__device__ __forceinline__ void wgmma_rs(float (&d)[8][2][4], const uint32_t (&a)[4], uint64_t desc, int scale_d) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
-      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,"
-      "%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,"
-      "%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
-      "}, {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n"
-      "}\n"
-      : "+f"(d[0][0][0]), "+f"(d[0][0][1]), "+f"(d[0][0][2]), "+f"(d[0][0][3]), "+f"(d[0][1][0]),
-        "+f"(d[0][1][1]), "+f"(d[0][1][2]), "+f"(d[0][1][3]), "+f"(d[1][0][0]), "+f"(d[1][0][1]),
-        "+f"(d[1][0][2]), "+f"(d[1][0][3]), "+f"(d[1][1][0]), "+f"(d[1][1][1]), "+f"(d[1][1][2]),
-        "+f"(d[1][1][3]), "+f"(d[2][0][0]), "+f"(d[2][0][1]), "+f"(d[2][0][2]), "+f"(d[2][0][3]),
-        "+f"(d[2][1][0]), "+f"(d[2][1][1]), "+f"(d[2][1][2]), "+f"(d[2][1][3]), "+f"(d[3][0][0]),
-        "+f"(d[3][0][1]), "+f"(d[3][0][2]), "+f"(d[3][0][3]), "+f"(d[3][1][0]), "+f"(d[3][1][1]),
-        "+f"(d[3][1][2]), "+f"(d[3][1][3]), "+f"(d[4][0][0]), "+f"(d[4][0][1]), "+f"(d[4][0][2]),
-        "+f"(d[4][0][3]), "+f"(d[4][1][0]), "+f"(d[4][1][1]), "+f"(d[4][1][2]), "+f"(d[4][1][3]),
-        "+f"(d[5][0][0]), "+f"(d[5][0][1]), "+f"(d[5][0][2]), "+f"(d[5][0][3]), "+f"(d[5][1][0]),
-        "+f"(d[5][1][1]), "+f"(d[5][1][2]), "+f"(d[5][1][3]), "+f"(d[6][0][0]), "+f"(d[6][0][1]),
-        "+f"(d[6][0][2]), "+f"(d[6][0][3]), "+f"(d[6][1][0]), "+f"(d[6][1][1]), "+f"(d[6][1][2]),
-        "+f"(d[6][1][3]), "+f"(d[7][0][0]), "+f"(d[7][0][1]), "+f"(d[7][0][2]), "+f"(d[7][0][3]),
-        "+f"(d[7][1][0]), "+f"(d[7][1][1]), "+f"(d[7][1][2]), "+f"(d[7][1][3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
-#else
-  __trap();
-#endif
-}
+#undef LITHE_WG_OP
+#undef LITHE_WG_D16
+#undef LITHE_WG_D32
+#undef LITHE_WG_D64
+#undef LITHE_WG_ACC8
+#undef LITHE_WG_IN
 
 // (a & b) | c
 __device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {

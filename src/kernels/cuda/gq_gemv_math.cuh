@@ -12,6 +12,8 @@
 namespace lithe::cuda::gemv_impl {
 
 using detail::aligned;
+using detail::hadd2;
+using detail::hfma2;
 using detail::inv_rms_of;
 using detail::ld_stream;
 
@@ -41,21 +43,11 @@ constexpr uint32_t pair_bits(double v) { return f16_bits(v) | f16_bits(v) << 16;
 template <int BITS>
 constexpr double class_mult(int j) { return static_cast<double>(1 << (BITS == 8 ? 0 : L::class_bits(BITS) * j)); }
 
-// f16x2 arithmetic on 32-bit registers (no repacking of halves).
+// f16x2 arithmetic on 32-bit registers (hfma2, hadd2: common.cuh).
 template <uint32_t MASK>
 __device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b) {  // (a & MASK) | b
   uint32_t r;
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "n"(MASK), "r"(b));
-  return r;
-}
-__device__ __forceinline__ uint32_t hfma2(uint32_t a, uint32_t b, uint32_t c) {
-  uint32_t r;
-  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
-  return r;
-}
-__device__ __forceinline__ uint32_t hadd2(uint32_t a, uint32_t b) {
-  uint32_t r;
-  asm("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
   return r;
 }
 __device__ __forceinline__ float2 h2_to_f2(uint32_t h) {

@@ -177,6 +177,9 @@ struct Params {
 using detail::cp_async;
 using detail::cp_async_commit;
 using detail::cp_async_wait;
+using detail::hfma2;  // f16x2 arithmetic on raw registers
+using detail::hmul2;
+using detail::hsub2;
 using detail::smem_u32;
 __device__ __forceinline__ uint64_t evict_first_policy() {
   uint64_t pol;
@@ -293,22 +296,6 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[J][2][4], const uint32_t (&a
 __device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
   uint32_t d;
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-// f16x2 arithmetic on raw registers; explicit .rn keeps ptxas from contracting anything.
-__device__ __forceinline__ uint32_t hsub2(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("sub.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-__device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-__device__ __forceinline__ uint32_t hfma2(uint32_t a, uint32_t b, uint32_t c) {
-  uint32_t d;
-  asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
   return d;
 }
 
@@ -874,13 +861,13 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
       } else {
         finish_slice(c_ns, c_ms);
       }
+      if constexpr (!C::WG)
 #pragma unroll
-      for (int mb = 0; mb < C::MB; ++mb)
+        for (int mb = 0; mb < C::MB; ++mb)
 #pragma unroll
-        for (int j = 0; j < C::ACC_J; ++j)
+          for (int j = 0; j < C::ACC_J; ++j)
 #pragma unroll
-          for (int c = 0; c < 4; ++c)
-            if constexpr (!C::WG) acc[mb][j][c] = 0.f;
+            for (int c = 0; c < 4; ++c) acc[mb][j][c] = 0.f;
     }
     advance(c_kt, c_ns, c_ms);
     slot = next;

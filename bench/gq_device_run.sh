@@ -5,6 +5,11 @@
 #                                         kernels against cuBLAS f16 / lithe's f16 matvec
 #   bash bench/gq_device_run.sh e2e       Llama-2-7B-shaped decode (tg128 at depth 512) and
 #                                         prefill (pp2048): f16 vs gq formats, alternated
+#   bash bench/gq_device_run.sh cluster "VAR=V ..." ["VAR=V ..." ...]
+#                                         the Marlin GEMM's cluster sums: Marlin tests with them on
+#                                         and off (y hashes compared), then bench_cuda_qgemm
+#                                         (BENCH_M, default 1,16,17,20,32,64,128; SPARSE=1 adds 2:4, ALL=1 the other shapes)
+#                                         and Marlin-layout pp512 under each setting
 #   bash bench/gq_device_run.sh knob ROUNDS "VAR=V ..." ["VAR=V ..." ...]
 #                                         the same binary under each environment setting in
 #                                         turn: e2e int4 g128 tg128 at depth 0 (alternated, ROUNDS
@@ -81,6 +86,49 @@ case "${1:-}" in
     BENCH_FORMAT=int4 $B/bin/bench_cuda_gq_gemv --quick > "$OUT/gq_gemv.md" 2>&1
     grep -E "^\| (4096|11008|int4)" "$OUT/gq_gemv.md" | cut -c1-120
     ;;
+  cluster)
+    # The Marlin GEMM's cluster sums against its scratch sums (LITHE_MARLIN_CLUSTER=0), one binary:
+    # Marlin tests both ways with y hashed (the bits must agree), the mma.sync kernels with
+    # cluster sums too, then bench_cuda_qgemm and pp512 on the Marlin layout under each setting
+    # (the device returns at most 8 files: test logs go to one).
+    t="$OUT/marlin_tests.txt"; : > "$t"
+    for c in 1 0; do
+      LITHE_MARLIN_CLUSTER=$c LITHE_TEST_MARLIN_HASH=1 $B/bin/lithe_cuda_tests --gtest_filter='Marlin*' > /tmp/mc$c.txt 2>&1
+      echo "== Marlin tests, LITHE_MARLIN_CLUSTER=$c" | tee -a "$t"; grep -E "^\[  (FAILED|PASSED) |Failure" /tmp/mc$c.txt | head | tee -a "$t"
+      grep "marlin hash" /tmp/mc$c.txt > /tmp/hash$c.txt
+    done
+    echo "y hashes: $(wc -l < /tmp/hash1.txt) stores, $(diff /tmp/hash1.txt /tmp/hash0.txt | grep -c '^<') differ" | tee -a "$t"
+    LITHE_MARLIN_WGMMA=0 $B/bin/lithe_cuda_tests --gtest_filter='Marlin*' > /tmp/mm.txt 2>&1
+    echo "== Marlin tests, LITHE_MARLIN_WGMMA=0" | tee -a "$t"; grep -E "^\[  (FAILED|PASSED) |Failure" /tmp/mm.txt | head | tee -a "$t"
+    shift
+    for setting in "$@"; do
+      read -ra envs <<< "$setting"
+      f="$OUT/qgemm_$(echo "$setting" | tr -c 'A-Za-z0-9\n' '_').md"
+      env "${envs[@]}" BENCH_M=${BENCH_M:-1,16,17,20,32,64,128} $B/bin/bench_cuda_qgemm --quick ${SPARSE:+--sparse} ${ALL:+--all} > "$f" 2>&1
+      j=$(env "${envs[@]}" LITHE_GQ_KERNEL=marlin $L bench --synthetic llama2-7b --dtype int4-g128 -p 512 --ubatch 512 -n 0 -r 3 \
+          --device cuda --kv-type f16 --json 2>/dev/null)
+      echo "marlin layout pp512 [$setting] $(echo "$j" | python3 -c "import json,sys; print(round(json.load(sys.stdin)['prompt_tokens_per_second']['median'],1))") tok/s" >> "$f"
+    done
+    # One line per layer and m: marlin us under each setting, then cuBLAS f16 us (of the first).
+    echo "layer | m | marlin us: $* | cuBLAS us"
+    python3 - "$OUT" "$@" <<'PY'
+import re, sys
+out, settings = sys.argv[1], sys.argv[2:]
+rows, blas, pp = {}, {}, []
+for k, st in enumerate(settings):
+    for line in open(f"{out}/qgemm_" + re.sub(r"[^A-Za-z0-9\n]", "_", st) + ".md"):
+        c = [x.strip() for x in line.split("|")]
+        if len(c) > 12 and c[4].isdigit():  # | layer | format | n_in x n_out | m | MB | marlin us | ... | cuBLAS us (11)
+            key = (c[1] + (" 2:4" if "2:4" in c[2] else ""), c[3], int(c[4]))
+            rows.setdefault(key, [""] * len(settings))[k] = c[6]
+            blas.setdefault(key, c[11])
+        elif line.startswith("marlin layout"):
+            pp.append(line.strip())
+for key, v in rows.items():
+    print(f"{key[0]} {key[1]} | {key[2]} | " + " | ".join(v) + f" | {blas[key]}")
+print("\n".join(pp))
+PY
+    ;;
   knob)
     rounds=$2; shift 2
     for r in $(seq "$rounds"); do
@@ -118,9 +166,9 @@ case "${1:-}" in
           --section MemoryWorkloadAnalysis --section SchedulerStats --section ComputeWorkloadAnalysis \
           --metrics "$STALLS" $B/bin/bench_cuda_qgemm --quick > "$f" 2>&1
       echo "== $1 m=$2"
-      grep -E "Duration|DRAM Throughput|L2 Cache Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|No Eligible|Warp Cycles Per Issued|Grid Size|Eligible Warps|Executed Ipc A|stall|inst_executed|Tensor|Pipe" "$f" | head -40
+      grep -E "Duration|DRAM Throughput|L2 Cache Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|No Eligible|Warp Cycles Per Issued|Grid Size|Cluster|Eligible Warps|Executed Ipc A|stall|inst_executed|Tensor|Pipe" "$f" | head -40
       shift 2
     done
     ;;
-  *) echo "usage: $0 build|kernels|e2e|verify|knob|profile|profile_qgemm"; exit 2 ;;
+  *) echo "usage: $0 build|kernels|e2e|verify|cluster|knob|profile|profile_qgemm"; exit 2 ;;
 esac

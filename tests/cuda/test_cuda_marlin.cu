@@ -16,9 +16,12 @@
 // - Shapes (n_in x n_out) 4096x4096, 4096x11008, 11008x4096, 4096x14336, 14336x4096 (one format
 //   each, rotating g128 / per channel, sym / asym, act-order) and 576x1536, 1536x576, 576x192 (all
 //   8 format combinations, plus m = 1000 and 2048, where slices are finished without a split), at
-//   m in {1, 2, 3, 4, 8, 12, 16, 24, 32, 48, 64, 118, 128}; each m runs store then accumulate onto
-//   random y, checks that the row after the last is untouched, that a second store is bit-identical
-//   (the split-k reduction is ordered), and that the reduction counters in scratch are zero again.
+//   m in {1, 2, 3, 4, 8, 12, 16, 17, 20, 24, 32, 48, 64, 118, 128} (17 and 20: the wgmma kernel's
+//   smallest m); each m runs store then accumulate onto random y, checks that the row after the
+//   last is untouched, that a second store is bit-identical (the split-k reduction is ordered), and
+//   that the reduction counters in scratch are zero again.
+//   With LITHE_TEST_MARLIN_HASH set, each store's y is printed as a hash ("[ marlin hash ]"), so
+//   that two settings can be compared bit for bit (bench/gq_device_run.sh: cluster sums on / off).
 // - 2:4 sparse (stage 2): a probe of the mma.sp metadata convention (one warp, known inputs; on
 //   failure it prints which kept indices the hardware read), then the small shapes in 4 formats
 //   (m up to 1000) and 4096x4096 g128 asym act-order, as above.
@@ -32,9 +35,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -412,6 +418,13 @@ class MarlinGpu : public cuda_test::CudaStreamTest {
       for (int64_t c = 0; c < N; ++c)
         ASSERT_EQ(got[static_cast<size_t>(m * N + c)], kSentinel) << "row m written at column " << c;
       got.resize(static_cast<size_t>(m * N));
+      if (std::getenv("LITHE_TEST_MARLIN_HASH") != nullptr) {  // to compare the bits of two builds / settings
+        uint64_t h = 1469598103934665603ull;  // FNV-1a over the bytes of y
+        for (const unsigned char b : std::string_view(reinterpret_cast<const char*>(got.data()), got.size() * 4))
+          h = (h ^ b) * 1099511628211ull;
+        std::printf("[ marlin hash ] %s m=%lld %016llx\n", what.c_str(), static_cast<long long>(m),
+                    static_cast<unsigned long long>(h));
+      }
       const Err e = compare(got, ref);
       EXPECT_LE(e.rel_l2, 1e-3) << "store: relative L2 error";
       EXPECT_LE(e.max_abs_over_rms, 1e-2) << "store: max |error| / rms(ref)";
@@ -448,7 +461,7 @@ class MarlinGpu : public cuda_test::CudaStreamTest {
   }
 };
 
-const std::vector<int64_t> kBatches = {1, 2, 3, 4, 8, 12, 16, 24, 32, 48, 64, 118, 128};
+const std::vector<int64_t> kBatches = {1, 2, 3, 4, 8, 12, 16, 17, 20, 24, 32, 48, 64, 118, 128};
 
 TEST_F(MarlinGpu, OracleMatchesReference) {
   const gq::Matrix w = gq::random_matrix(fmt4(128, false), 192, 576, 11, true);

@@ -43,6 +43,18 @@
 //   the count complete resets the counter to 0 and sums y (when accumulating) and the partials in
 //   block order, so the result does not depend on arrival order; it loads several partials at
 //   once, so that their latencies overlap. No block ever waits for another.
+// - Cluster sums (sm_90, host: cluster_ks_for). Where the k-split is even (every slice's k range
+//   is exactly ks = k_tiles / per_block blocks' units, 2 <= ks <= 8: Llama's 4096 x 4096 at any m)
+//   and all clusters fit at once, the ks blocks of a slice are one thread-block cluster: each puts
+//   its partial tile in its own shared memory (mma.sync: the f32 tile; wgmma: the ring, free by
+//   then), a cluster barrier, then block r adds (y when accumulating and) the ks tiles in block
+//   order through distributed shared memory for the r-th ks-th of the tile and stores it: the
+//   same bits as the scratch sum, without scratch traffic, counters or a lone summing block. A
+//   second barrier keeps every tile alive until read. LITHE_MARLIN_CLUSTER=0 turns it off. On an
+//   H100 at one block per SM only 30 clusters of 4 fit (GPC sizes: bench/experiments/
+//   cluster_occupancy.cu), so a 4-way split of 128 blocks keeps the scratch sums there; 2-way
+//   splits (66 fit) and the smaller kernels' 4-way splits use clusters. Not in the 2:4 kernel for
+//   m > 48 (Cfg::CLUSTER).
 // - 2:4 sparse (fmt.sparse24; Cfg SPARSE, the same kernel): the weights become the sparse A operand
 //   of mma.sp::ordered_metadata m16n8k32 (16 output columns x 32 of k, stored as the 2 kept codes
 //   per run of 4 plus 2-bit indices), x the B operand (ldmatrix.x4 of 8 rows x 32 of k). The
@@ -103,6 +115,9 @@ struct Cfg {
   static constexpr bool DB = DB_;        // fragments double-buffered in registers (else loaded per step)
   static constexpr bool SPARSE = SPARSE_;
   static constexpr bool WG = WG_;
+  // Cluster sums (cluster_sum) where the k-split allows; not in the 2:4 kernel for m > 48, which
+  // sits at 255 registers: the call there spilled 8 more bytes and ran 1-2% slower (H100).
+  static constexpr bool CLUSTER = !(SPARSE && MB_ == 4);
   static constexpr int FB = DB ? 2 : 1;  // fragment buffers
   static constexpr int KW = WG ? 1 : 8 / NW;  // warps (wgmma: warpgroups) along k
   // Accumulators per thread: [MB][ACC_J][4]; mma.sync: [m16 block][n8 block][c]; wgmma: the
@@ -158,6 +173,9 @@ using SpM4 = Cfg<4, 4, 4, 4, false, true>;
 using WgM2 = Cfg<2, 2, 8, 8, true, false, true>;
 using WgM4 = Cfg<4, 2, 8, 6, true, false, true>;
 using WgM8 = Cfg<8, 2, 8, 5, true, false, true>;
+constexpr int kMaxTile = 128 * 128;  // M_T * N_T of the largest tile (scratch bound without a device)
+static_assert(WgM8::M_T * WgM8::N_T <= kMaxTile && SpM4::M_T * SpM4::N_T <= kMaxTile && CfgM4::M_T * CfgM4::N_T <= kMaxTile,
+              "kMaxTile");
 
 struct Params {
   const uint4* b;     // packed codes
@@ -171,6 +189,7 @@ struct Params {
   int m, n, k_pad, group;
   int n_tiles, k_tiles, units, per_block;
   int accumulate;
+  int cluster_ks;  // 0: the k-split's partial tiles go through scratch; else see "Cluster sums"
 };
 
 // ---- PTX wrappers (cp.async, smem_u32: common.cuh) ------------------------------------------------
@@ -239,6 +258,49 @@ __device__ __forceinline__ void fence_proxy_async() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
+}
+// ---- thread-block clusters (sm_90; the launcher only asks for them there) -----------------------
+// Barrier of every thread of the cluster; release / acquire: shared-memory writes before it are
+// visible to the other blocks' reads after it.
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+// 16 bytes at what `p` addresses in our shared memory, read from the cluster's block `rank`.
+__device__ __forceinline__ float4 ld_dsmem_f4(const void* p, int rank) {
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t a;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(a) : "r"(smem_u32(p)), "r"(rank));
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(a)
+               : "memory");
+#endif
+  return v;
+}
+__device__ __forceinline__ int cluster_rank() {
+  uint32_t r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+#endif
+  return static_cast<int>(r);
+}
+constexpr int kMaxClusterKs = 8;  // portable cluster size
+// Adds float4 `q` of the cluster's ks tiles in rank order (= block order) onto `v`; the loads of up
+// to four tiles are issued together.
+__device__ __forceinline__ void add_cluster_f4(float4& v, const float4* q, int ks) {
+#pragma unroll 1
+  for (int b0 = 0; b0 < ks; b0 += 4) {
+    float4 w[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (b0 + j < ks) w[j] = ld_dsmem_f4(q, b0 + j);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (b0 + j < ks) v.x += w[j].x, v.y += w[j].y, v.z += w[j].z, v.w += w[j].w;
+  }
 }
 // Shared-memory matrix descriptor (PTX ISA, wgmma "matrix descriptor"): start address >> 4 in bits
 // 0-13, leading byte offset >> 4 in 16-29 (unused for K-major 128-byte swizzle: 1), stride byte
@@ -341,6 +403,55 @@ __global__ void to_f16_kernel(const float* __restrict__ x, const int* __restrict
 }
 
 // ---- the GEMM -----------------------------------------------------------------------------------
+// Cluster sums (gemm_kernel with Params::cluster_ks = ks > 0): the block's one slice `slice` is
+// tile ns of row slice ms; every block of the cluster has its partial tile in shared memory at
+// `smem` (wgmma: float4 i of thread t at ring float4 i * kThreads + t, where acc4 puts it; mma.sync:
+// the f32 tile after the ring). Block `rank` adds y (when accumulating) and the ks tiles in rank
+// order = block order for float4s [rank Q / ks, (rank + 1) Q / ks) of the tile and stores them. Not
+// inlined: its registers stay out of the main loop's allocation (inlined, the 2:4 kernel at m > 48
+// spilled more and ran 1-2% slower).
+template <class C>
+__device__ __noinline__ void cluster_sum(float* y, int m, int n, int slice, int n_tiles, bool accumulate, int ks,
+                                         const uint4* smem) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int ns = slice % n_tiles, ms = slice / n_tiles;
+  const int row0 = ms * C::M_T, rows = min(C::M_T, m - row0);
+  const int rank = cluster_rank();
+  cluster_sync();
+  if constexpr (C::WG) {
+    const float4* const tile = reinterpret_cast<const float4*>(smem);
+    constexpr int Q = C::M_T / 8 * kThreads;
+    for (int q = rank * Q / ks + tid; q < (rank + 1) * Q / ks; q += kThreads) {
+      // Thread tq's acc4(i): rows r0, r0 + 1 (entries x / z, y / w), columns c0, c0 + 8.
+      const int i = q / kThreads, tq = q % kThreads, lq = tq & 31;
+      const int r0 = 8 * i + 2 * (lq & 3), cb = ns * C::N_T + 64 * (tq >> 7);
+      if (r0 >= rows || cb >= n) continue;
+      float* const y0 = y + static_cast<int64_t>(row0 + r0) * n + cb + 16 * ((tq >> 5) & 3) + (lq >> 2);
+      const bool row1 = r0 + 1 < rows;
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (accumulate) {
+        v.x = __ldcg(y0), v.z = __ldcg(y0 + 8);
+        if (row1) v.y = __ldcg(y0 + n), v.w = __ldcg(y0 + n + 8);
+      }
+      add_cluster_f4(v, tile + q, ks);
+      y0[0] = v.x, y0[8] = v.z;
+      if (row1) y0[n] = v.y, y0[n + 8] = v.w;
+    }
+  } else {
+    const float* const tile = reinterpret_cast<const float*>(smem + C::STAGES * C::SLOT);
+    constexpr int Q_ROW = C::N_T / 4, Q = C::M_T * Q_ROW;
+    const int col0 = ns * C::N_T, cols4 = min(C::N_T, n - col0) / 4;
+    for (int q = rank * Q / ks + tid; q < (rank + 1) * Q / ks; q += kThreads) {
+      if (q / Q_ROW >= rows || q % Q_ROW >= cols4) continue;
+      auto* const y4 = reinterpret_cast<float4*>(y + static_cast<int64_t>(row0 + q / Q_ROW) * n + col0 + 4 * (q % Q_ROW));
+      float4 v = accumulate ? __ldcg(y4) : make_float4(0.f, 0.f, 0.f, 0.f);
+      add_cluster_f4(v, reinterpret_cast<const float4*>(tile + (q / Q_ROW) * C::TS + 4 * (q % Q_ROW)), ks);
+      *y4 = v;
+    }
+  }
+  cluster_sync();  // the other blocks may still be reading our tile
+}
+
 template <class C>
 __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
   extern __shared__ uint4 smem_raw[];
@@ -657,6 +768,14 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
           if (ok(i, c)) *yp(i, c) = p.accumulate ? __ldcg(yp(i, c)) + acc[i >> 1][i & 1][c] : acc[i >> 1][i & 1][c];
       return;
     }
+    if (C::CLUSTER && p.cluster_ks > 0) {  // this block's only slice: its tile goes to the ring (free by now)
+      cp_async_wait<0>();
+      __syncthreads();  // both warpgroups are past their last wgmma
+      float4* const mine = reinterpret_cast<float4*>(smem);
+#pragma unroll
+      for (int i = 0; i < NI; ++i) mine[i * kThreads + tid] = acc4(i);
+      return;  // summed by cluster_sum after the main loop
+    }
     {
       float4* part = partial_of(s, blockIdx.x);
 #pragma unroll
@@ -765,6 +884,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
       }
       return;
     }
+    if (C::CLUSTER && p.cluster_ks > 0) return;  // the tile stays in shared memory for cluster_sum after the main loop
     {
       float4* part = partial_of(s, blockIdx.x);
 #pragma unroll
@@ -874,6 +994,9 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
   }
   if constexpr (C::WG) wgmma_wait<0>();  // (finish_slice_wg has waited already: tells ptxas so)
   cp_async_wait<0>();
+  if (C::CLUSTER && p.cluster_ks > 0)
+    cluster_sum<C>(p.y, p.m, p.n, static_cast<int>(blockIdx.x) * p.per_block / p.k_tiles, p.n_tiles, p.accumulate != 0,
+                   p.cluster_ks, smem);
 }
 
 // ---- host side ----------------------------------------------------------------------------------
@@ -884,8 +1007,26 @@ template <class C>
 constexpr Plan plan_of() {
   return {C::MB, C::M_T, C::N_T, C::K_T};
 }
-Plan plan_for(int64_t m, bool sparse, bool wg) {
-  if (wg) return m <= 32 ? plan_of<WgM2>() : m <= 64 ? plan_of<WgM4>() : plan_of<WgM8>();
+// wgmma for m > 64: 128-row slices stream the weights once, but where a block gets few units of
+// them (at most kShortRun: Llama's 4096 x 4096 gets 8 on 132 SMs) the k-split's fixed costs (four
+// partial tiles of 64 KiB per slice there) outweigh that, and 64-row slices (half the partial
+// tiles, a k-split of two) measured faster (bench/RESULTS.md, twenty-second session).
+// LITHE_MARLIN_WG_ROWS=64 or 128 (a benchmark knob) sets the slice height for every shape.
+constexpr int64_t kShortRun = 8;
+Plan plan_for(const PackedWeight& w, int64_t m, int sms, bool wg) {
+  const bool sparse = w.fmt.sparse24;
+  if (wg) {
+    if (m <= 32) return plan_of<WgM2>();
+    if (m <= 64) return plan_of<WgM4>();
+    static const int rows = [] {
+      const char* e = std::getenv("LITHE_MARLIN_WG_ROWS");
+      return e == nullptr ? 0 : std::atoi(e);
+    }();
+    if (rows == 64 || rows == 128) return rows == 64 ? plan_of<WgM4>() : plan_of<WgM8>();
+    constexpr Plan big = plan_of<WgM8>();
+    const int64_t units = detail::ceil_div(m, big.m_t) * detail::ceil_div(w.n_out, big.n_t) * detail::ceil_div(w.n_in, big.k_t);
+    return detail::ceil_div(units, std::max(sms, 1)) <= kShortRun ? plan_of<WgM4>() : big;
+  }
   if (m <= 16) return sparse ? plan_of<SpM1>() : plan_of<CfgM1>();
   if (m <= 32) return sparse ? plan_of<SpM2>() : plan_of<CfgM2>();
   if (m <= 48) return sparse ? plan_of<SpM3>() : plan_of<CfgM3>();
@@ -944,12 +1085,51 @@ struct ScratchLayout {
   int64_t x16_off, partial_off, total;
 };
 ScratchLayout scratch_layout(const PackedWeight& w, int64_t m, int sms, bool wg) {
-  const Plan pl = plan_for(m, w.fmt.sparse24, wg);
+  const Plan pl = plan_for(w, m, sms, wg);
   ScratchLayout l;
   l.x16_off = kCounterBytes;
   l.partial_off = l.x16_off + align256(m * padded_k(w.n_in) * 2);
   l.total = l.partial_off + static_cast<int64_t>(sms) * 2 * pl.m_t * pl.n_t * 4;
   return l;
+}
+
+// Cluster sums (gemm_kernel's "Cluster sums"): the k-split count ks when every slice's k range is
+// exactly ks blocks' units (2 <= ks <= kMaxClusterKs; then each block has one slice), the device is
+// sm_90 running sm_90 code of the kernel, LITHE_MARLIN_CLUSTER is not 0 and all grid / ks clusters
+// fit on the device at once (cudaOccupancyMaxActiveClusters, asked once per device, kernel and ks);
+// else 0. cfg: the launch without attributes.
+template <class C>
+int cluster_ks_for(const Params& p, int grid, const DeviceFacts& d, int dev, const cudaLaunchConfig_t& cfg) {
+  static const bool env_off = [] {
+    const char* e = std::getenv("LITHE_MARLIN_CLUSTER");
+    return e != nullptr && std::strcmp(e, "0") == 0;
+  }();
+  if (!C::CLUSTER || env_off || d.major != 9 || dev < 0 || dev >= kMaxDevices || p.k_tiles % p.per_block != 0) return 0;
+  const int ks = p.k_tiles / p.per_block;
+  if (ks < 2 || ks > kMaxClusterKs || grid % ks != 0) return 0;
+  // Most clusters of ks blocks resident at once, + 1 (0: not asked yet).
+  static std::array<std::array<std::atomic<int>, kMaxClusterKs + 1>, kMaxDevices> most{};
+  std::atomic<int>& slot = most[dev][ks];
+  if (slot.load(std::memory_order_acquire) == 0) {
+    cudaLaunchAttribute a{};
+    a.id = cudaLaunchAttributeClusterDimension;
+    a.val.clusterDim = {static_cast<unsigned>(ks), 1, 1};
+    cudaLaunchConfig_t c = cfg;
+    c.gridDim = dim3(static_cast<unsigned>(ks));
+    c.attrs = &a;
+    c.numAttrs = 1;
+    // The kernel's code must come from sm_90+ source (compiled for 80, the cluster instructions are
+    // left out: an sm_80 cubin, or its PTX compiled on this device, has ptxVersion 80).
+    cudaFuncAttributes fa{};
+    int n = 0;
+    if (cudaFuncGetAttributes(&fa, gemm_kernel<C>) != cudaSuccess || fa.ptxVersion < 90 ||
+        cudaOccupancyMaxActiveClusters(&n, gemm_kernel<C>, &c) != cudaSuccess) {
+      (void)cudaGetLastError();
+      n = 0;
+    }
+    slot.store(n + 1, std::memory_order_release);
+  }
+  return slot.load(std::memory_order_acquire) - 1 >= grid / ks ? ks : 0;
 }
 
 template <class C>
@@ -971,17 +1151,24 @@ Status launch_gemm(const Params& p, int grid, bool pdl, const DeviceFacts& d, cu
     }
     opted[dev].store(true, std::memory_order_release);
   }
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2]{};
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(grid));
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = C::SMEM;
   cfg.stream = s;
-  cfg.attrs = &attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  (void)cudaLaunchKernelEx(&cfg, kernel, p);
+  cfg.attrs = attr;
+  Params q = p;
+  q.cluster_ks = cluster_ks_for<C>(p, grid, d, dev, cfg);
+  if (q.cluster_ks > 0) {
+    attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+    attr[cfg.numAttrs++].val.clusterDim = {static_cast<unsigned>(q.cluster_ks), 1, 1};
+  }
+  if (pdl) {
+    attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[cfg.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  (void)cudaLaunchKernelEx(&cfg, kernel, q);
   return detail::launched("marlin gemm_kernel");
 }
 
@@ -991,9 +1178,9 @@ Status launch_gemm(const Params& p, int grid, bool pdl, const DeviceFacts& d, cu
 int64_t marlin_scratch_bytes(const PackedWeight& w, int64_t m) {
   detail::DeviceFacts d;
   m = std::max<int64_t>(m, 1);
-  if (!marlin::marlin_facts(d).is_ok()) {  // an upper bound: either kernel family, the largest grid
-    d.sms = marlin::kMaxBlocks;
-    return std::max(marlin::scratch_layout(w, m, d.sms, false).total, marlin::scratch_layout(w, m, d.sms, true).total);
+  if (!marlin::marlin_facts(d).is_ok()) {  // an upper bound: the largest grid of the largest tiles
+    const marlin::ScratchLayout l = marlin::scratch_layout(w, m, marlin::kMaxBlocks, false);
+    return l.partial_off + int64_t{marlin::kMaxBlocks} * 2 * marlin::kMaxTile * 4;
   }
   return marlin::scratch_layout(w, m, d.sms, marlin::wgmma_on(d, m, w.fmt.sparse24)).total;
 }
@@ -1020,7 +1207,7 @@ Status marlin_linear(const PackedWeight& w, const void* w_dev, const float* x, i
     return detail::bad_arg("marlin_linear: scratch of " + std::to_string(scratch_bytes) + " bytes is too small for " +
                            std::to_string(m) + " rows of [" + std::to_string(w.n_out) + ", " + std::to_string(w.n_in) +
                            "] (needs " + std::to_string(sl.total) + ", see marlin_scratch_bytes)");
-  const Plan pl = plan_for(m, w.fmt.sparse24, wg);
+  const Plan pl = plan_for(w, m, d.sms, wg);
   const int64_t k_pad = padded_k(w.n_in);
   const int64_t n_tiles = detail::ceil_div(w.n_out, pl.n_t);
   const int64_t k_tiles = detail::ceil_div(w.n_in, pl.k_t);

@@ -261,7 +261,7 @@ __device__ __noinline__ void cluster_sum(float* y, int m, int n, int slice, int 
     const float4* const tile = reinterpret_cast<const float4*>(smem);
     constexpr int Q = C::M_T / 8 * kThreads;
     for (int q = rank * Q / ks + tid; q < (rank + 1) * Q / ks; q += kThreads) {
-      // Thread tq's acc4(i): rows r0, r0 + 1 (entries x / z, y / w), columns c0, c0 + 8.
+      // Thread tq's acc4(i): x at (row r0, column c), y (r0 + 1, c), z (r0, c + 8), w (r0 + 1, c + 8).
       const int i = q / kThreads, tq = q % kThreads, lq = tq & 31;
       const int r0 = 8 * i + 2 * (lq & 3), cb = ns * C::N_T + 64 * (tq >> 7);
       if (r0 >= rows || cb >= n) continue;

@@ -50,11 +50,12 @@
 //   then), a cluster barrier, then block r adds (y when accumulating and) the ks tiles in block
 //   order through distributed shared memory for the r-th ks-th of the tile and stores it: the
 //   same bits as the scratch sum, without scratch traffic, counters or a lone summing block. A
-//   second barrier keeps every tile alive until read. LITHE_MARLIN_CLUSTER=0 turns it off. On an
-//   H100 at one block per SM only 30 clusters of 4 fit (GPC sizes: bench/experiments/
-//   cluster_occupancy.cu), so a 4-way split of 128 blocks keeps the scratch sums there; 2-way
-//   splits (66 fit) and the smaller kernels' 4-way splits use clusters. Not in the 2:4 kernel for
-//   m > 48 (Cfg::CLUSTER).
+//   second barrier keeps every tile alive until read. (The blocks of a cluster are resident
+//   together by the hardware's guarantee, so these barriers cannot deadlock as a wait on an
+//   ordinary block could.) LITHE_MARLIN_CLUSTER=0 turns it off. On an H100 at one block per SM
+//   only 30 clusters of 4 fit (GPC sizes: bench/experiments/cluster_occupancy.cu), so a 4-way
+//   split of 128 blocks keeps the scratch sums there; 2-way splits (66 fit) and the smaller
+//   kernels' 4-way splits use clusters. Not in the 2:4 kernel for m > 48 (Cfg::CLUSTER).
 // - 2:4 sparse (fmt.sparse24; Cfg SPARSE, the same kernel): the weights become the sparse A operand
 //   of mma.sp::ordered_metadata m16n8k32 (16 output columns x 32 of k, stored as the 2 kept codes
 //   per run of 4 plus 2-bit indices), x the B operand (ldmatrix.x4 of 8 rows x 32 of k). The

@@ -179,6 +179,14 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// (a & MASK) | b in one LOP3: the dequantizers' "codes into an f16 mantissa" step.
+template <uint32_t MASK>
+__device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "n"(MASK), "r"(b));
+  return r;
+}
+
 // f16x2 arithmetic on 32-bit registers (no repacking of halves); the explicit .rn keeps ptxas from
 // contracting anything.
 __device__ __forceinline__ uint32_t hfma2(uint32_t a, uint32_t b, uint32_t c) {

@@ -15,6 +15,7 @@ using detail::aligned;
 using detail::hadd2;
 using detail::hfma2;
 using detail::inv_rms_of;
+using detail::lop3_and_or;
 using detail::ld_stream;
 
 template <int BITS>
@@ -43,13 +44,7 @@ constexpr uint32_t pair_bits(double v) { return f16_bits(v) | f16_bits(v) << 16;
 template <int BITS>
 constexpr double class_mult(int j) { return static_cast<double>(1 << (BITS == 8 ? 0 : L::class_bits(BITS) * j)); }
 
-// f16x2 arithmetic on 32-bit registers (hfma2, hadd2: common.cuh).
-template <uint32_t MASK>
-__device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b) {  // (a & MASK) | b
-  uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "n"(MASK), "r"(b));
-  return r;
-}
+// f16x2 arithmetic on 32-bit registers (hfma2, hadd2, lop3_and_or: common.cuh).
 __device__ __forceinline__ float2 h2_to_f2(uint32_t h) {
   float2 f;
   asm("{ .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %2;\n cvt.f32.f16 %0, lo;\n cvt.f32.f16 %1, hi; }"

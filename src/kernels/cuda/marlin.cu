@@ -200,6 +200,7 @@ using detail::cp_async_wait;
 using detail::hfma2;  // f16x2 arithmetic on raw registers
 using detail::hmul2;
 using detail::hsub2;
+using detail::lop3_and_or;
 
 // f16x2 constants.
 constexpr uint32_t kMaskLo = 0x000f000fu, kMaskHi = 0x00f000f0u, kExp = 0x64006400u;  // 1024
@@ -493,9 +494,9 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
   // Word q of column block j (scale / zero entries e = 2j, 2j + 1) -> the f16x2 registers b00, b01
   // (column block 16j.., k 2t / 2t + 8) and b10, b11 (16j + 8..).
   auto dequant = [&](uint32_t q, int e, uint32_t& b00, uint32_t& b01, uint32_t& b10, uint32_t& b11) {
-    const uint32_t lo0 = and_or(q, kMaskLo, kExp), hi0 = and_or(q, kMaskHi, kExp);
+    const uint32_t lo0 = lop3_and_or<kMaskLo>(q, kExp), hi0 = lop3_and_or<kMaskHi>(q, kExp);
     q >>= 8;
-    const uint32_t lo1 = and_or(q, kMaskLo, kExp), hi1 = and_or(q, kMaskHi, kExp);
+    const uint32_t lo1 = lop3_and_or<kMaskLo>(q, kExp), hi1 = lop3_and_or<kMaskHi>(q, kExp);
     // lo: (1024 + q) - (1024 + z); hi: (1024 + 16q) / 16 - (64 + z): q - z exactly, then * s.
     b00 = hmul2(hsub2(lo0, zl[e]), sc[e]);
     b01 = hmul2(hfma2(hi0, kSixteenth, zh[e]), sc[e]);
@@ -847,6 +848,13 @@ template <class C>
 constexpr Plan plan_of() {
   return {C::MB, C::M_T, C::N_T, C::K_T};
 }
+// Whether the environment sets `name` to "0": the knobs that turn a path off (each caller reads its
+// knob once).
+bool env_zero(const char* name) {
+  const char* e = std::getenv(name);
+  return e != nullptr && std::strcmp(e, "0") == 0;
+}
+
 // wgmma for m > 64: 128-row slices stream the weights once, but where a block gets few units of
 // them (at most kShortRun: Llama's 4096 x 4096 gets 8 on 132 SMs) the k-split's fixed costs (four
 // partial tiles of 64 KiB per slice there) outweigh that, and 64-row slices (half the partial
@@ -892,10 +900,7 @@ bool wgmma_on(const DeviceFacts& d, int64_t m, bool sparse) {
 #if !defined(LITHE_BUILT_SM90A)
   return false;
 #endif
-  static const bool env_off = [] {
-    const char* e = std::getenv("LITHE_MARLIN_WGMMA");
-    return e != nullptr && std::strcmp(e, "0") == 0;
-  }();
+  static const bool env_off = env_zero("LITHE_MARLIN_WGMMA");
   if (env_off || sparse || m < kWgMinM || d.major != 9) return false;
   static std::array<std::atomic<int>, kMaxDevices> built{};  // 0: not asked yet, 1: yes, 2: no
   int dev = 0;
@@ -913,10 +918,7 @@ bool wgmma_on(const DeviceFacts& d, int64_t m, bool sparse) {
 }
 
 bool pdl_on(const DeviceFacts& d) {
-  static const bool env_off = [] {
-    const char* e = std::getenv("LITHE_MARLIN_PDL");
-    return e != nullptr && std::strcmp(e, "0") == 0;
-  }();
+  static const bool env_off = env_zero("LITHE_MARLIN_PDL");
   return d.major >= 9 && !env_off;
 }
 
@@ -941,10 +943,7 @@ ScratchLayout scratch_layout(const PackedWeight& w, int64_t m, int sms, bool wg)
 // else 0. cfg: the launch without attributes.
 template <class C>
 int cluster_ks_for(const Params& p, int grid, const DeviceFacts& d, int dev, const cudaLaunchConfig_t& cfg) {
-  static const bool env_off = [] {
-    const char* e = std::getenv("LITHE_MARLIN_CLUSTER");
-    return e != nullptr && std::strcmp(e, "0") == 0;
-  }();
+  static const bool env_off = env_zero("LITHE_MARLIN_CLUSTER");
   if (!C::CLUSTER || env_off || d.major != 9 || dev < 0 || dev >= kMaxDevices || p.k_tiles % p.per_block != 0) return 0;
   const int ks = p.k_tiles / p.per_block;
   if (ks < 2 || ks > kMaxClusterKs || grid % ks != 0) return 0;

@@ -170,11 +170,4 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[J][2][4], const uint32_t (&a
 #undef LITHE_WG_ACC8
 #undef LITHE_WG_IN
 
-// (a & b) | c
-__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
-  uint32_t d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-
 }  // namespace lithe::cuda::marlin

@@ -97,7 +97,9 @@ case "${1:-}" in
       echo "== Marlin tests, LITHE_MARLIN_CLUSTER=$c" | tee -a "$t"; grep -E "^\[  (FAILED|PASSED) |Failure" /tmp/mc$c.txt | head | tee -a "$t"
       grep "marlin hash" /tmp/mc$c.txt > /tmp/hash$c.txt
     done
-    echo "y hashes: $(wc -l < /tmp/hash1.txt) stores, $(diff /tmp/hash1.txt /tmp/hash0.txt | grep -c '^<') differ" | tee -a "$t"
+    ndiff=$(diff /tmp/hash1.txt /tmp/hash0.txt | grep -c '^<')
+    echo "y hashes: $(wc -l < /tmp/hash1.txt) stores, $ndiff differ" | tee -a "$t"
+    [ -s /tmp/hash1.txt ] && [ "$ndiff" = 0 ] || { echo "FAILED: cluster sums must give the scratch sums' bits" | tee -a "$t"; exit 1; }
     LITHE_MARLIN_WGMMA=0 $B/bin/lithe_cuda_tests --gtest_filter='Marlin*' > /tmp/mm.txt 2>&1
     echo "== Marlin tests, LITHE_MARLIN_WGMMA=0" | tee -a "$t"; grep -E "^\[  (FAILED|PASSED) |Failure" /tmp/mm.txt | head | tee -a "$t"
     shift

@@ -10,6 +10,9 @@
 #                                         and off (y hashes compared), then bench_cuda_qgemm
 #                                         (BENCH_M, default 1,16,17,20,32,64,128; SPARSE=1 adds 2:4, ALL=1 the other shapes)
 #                                         and Marlin-layout pp512 under each setting
+#   bash bench/gq_device_run.sh gemv_cluster [ROUNDS]
+#                                         the GEMV's cluster sums: GEMV and rope tests with them on
+#                                         and off (outputs hashed and compared), then `knob` on / off
 #   bash bench/gq_device_run.sh knob ROUNDS "VAR=V ..." ["VAR=V ..." ...]
 #                                         the same binary under each environment setting in
 #                                         turn: e2e int4 g128 tg128 at depth 0 (alternated, ROUNDS
@@ -31,6 +34,19 @@ source "$(dirname "$0")/device_common.sh"
 TESTS='Marlin*:GqGemv*:CudaGq*'
 STALLS=$(printf 'smsp__average_warp_latency_issue_stalled_%s,' long_scoreboard barrier membar short_scoreboard wait \
   math_pipe_throttle mio_throttle lg_throttle drain no_instruction)smsp__inst_executed.sum
+# same_bits KNOB HASH_ENV TAG FILTER LOG: the tests FILTER with KNOB=1 and KNOB=0 and their outputs
+# hashed (HASH_ENV set; lines tagged TAG): fails unless some were printed and none differ.
+same_bits() {
+  local knob=$1 env=$2 tag=$3 filter=$4 log=$5
+  for c in 1 0; do
+    env "$knob=$c" "$env=1" $B/bin/lithe_cuda_tests --gtest_filter="$filter" > /tmp/sb$c.txt 2>&1
+    echo "== $filter, $knob=$c" | tee -a "$log"; grep -E "^\[  (FAILED|PASSED) |Failure" /tmp/sb$c.txt | head | tee -a "$log"
+    grep "$tag" /tmp/sb$c.txt > /tmp/hash$c.txt
+  done
+  local ndiff; ndiff=$(diff /tmp/hash1.txt /tmp/hash0.txt | grep -c '^<')
+  echo "$tag: $(wc -l < /tmp/hash1.txt) outputs, $ndiff differ" | tee -a "$log"
+  [ -s /tmp/hash1.txt ] && [ "$ndiff" = 0 ] || { echo "FAILED: $knob=1 must give the bits of $knob=0" | tee -a "$log"; return 1; }
+}
 case "${1:-}" in
   build)
     build_cuda
@@ -92,14 +108,7 @@ case "${1:-}" in
     # cluster sums too, then bench_cuda_qgemm and pp512 on the Marlin layout under each setting
     # (the device returns at most 8 files: test logs go to one).
     t="$OUT/marlin_tests.txt"; : > "$t"
-    for c in 1 0; do
-      LITHE_MARLIN_CLUSTER=$c LITHE_TEST_MARLIN_HASH=1 $B/bin/lithe_cuda_tests --gtest_filter='Marlin*' > /tmp/mc$c.txt 2>&1
-      echo "== Marlin tests, LITHE_MARLIN_CLUSTER=$c" | tee -a "$t"; grep -E "^\[  (FAILED|PASSED) |Failure" /tmp/mc$c.txt | head | tee -a "$t"
-      grep "marlin hash" /tmp/mc$c.txt > /tmp/hash$c.txt
-    done
-    ndiff=$(diff /tmp/hash1.txt /tmp/hash0.txt | grep -c '^<')
-    echo "y hashes: $(wc -l < /tmp/hash1.txt) stores, $ndiff differ" | tee -a "$t"
-    [ -s /tmp/hash1.txt ] && [ "$ndiff" = 0 ] || { echo "FAILED: cluster sums must give the scratch sums' bits" | tee -a "$t"; exit 1; }
+    same_bits LITHE_MARLIN_CLUSTER LITHE_TEST_MARLIN_HASH "marlin hash" 'Marlin*' "$t" || exit 1
     LITHE_MARLIN_WGMMA=0 $B/bin/lithe_cuda_tests --gtest_filter='Marlin*' > /tmp/mm.txt 2>&1
     echo "== Marlin tests, LITHE_MARLIN_WGMMA=0" | tee -a "$t"; grep -E "^\[  (FAILED|PASSED) |Failure" /tmp/mm.txt | head | tee -a "$t"
     shift
@@ -130,6 +139,12 @@ for key, v in rows.items():
     print(f"{key[0]} {key[1]} | {key[2]} | " + " | ".join(v) + f" | {blas[key]}")
 print("\n".join(pp))
 PY
+    ;;
+  gemv_cluster)
+    # The GEMV's cluster sums against its scratch sums (LITHE_GEMV_CLUSTER=0): the GEMV and rope
+    # tests both ways, outputs hashed (the bits must agree), then `knob` with ROUNDS (default 3).
+    same_bits LITHE_GEMV_CLUSTER LITHE_TEST_GEMV_HASH "gemv hash" 'CudaGqGemv*:CudaMatvecRope*' "$OUT/gemv_tests.txt" || exit 1
+    bash "$0" knob "${2:-3}" LITHE_GEMV_CLUSTER=1 LITHE_GEMV_CLUSTER=0
     ;;
   knob)
     rounds=$2; shift 2
@@ -172,5 +187,5 @@ PY
       shift 2
     done
     ;;
-  *) echo "usage: $0 build|kernels|e2e|verify|cluster|knob|profile|profile_qgemm"; exit 2 ;;
+  *) echo "usage: $0 build|kernels|e2e|verify|cluster|gemv_cluster|knob|profile|profile_qgemm"; exit 2 ;;
 esac

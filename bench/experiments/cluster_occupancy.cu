@@ -1,6 +1,6 @@
-// How many thread-block clusters of 2, 4 and 8 blocks fit on this GPU at once, for blocks of 256
+// How many thread-block clusters of 2..8 blocks fit on this GPU at once, for blocks of 256
 // threads and S KiB of dynamic shared memory (argv, default 200: one block per SM, as the Marlin
-// wgmma kernels). nvcc -arch=sm_90a -o /tmp/co bench/experiments/cluster_occupancy.cu && /tmp/co 200
+// wgmma kernels; 100: two per SM, as the GEMV). nvcc -arch=sm_90a -o /tmp/co bench/experiments/cluster_occupancy.cu && /tmp/co 200
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
   cudaGetDeviceProperties(&prop, 0);
   cudaFuncSetAttribute(probe, cudaFuncAttributeMaxDynamicSharedMemorySize, kib * 1024);
   std::printf("%s, %d SMs, %d KiB shared memory per block\n", prop.name, prop.multiProcessorCount, kib);
-  for (int ks : {2, 4, 8}) {
+  for (int ks = 2; ks <= 8; ++ks) {
     cudaLaunchAttribute a{};
     a.id = cudaLaunchAttributeClusterDimension;
     a.val.clusterDim = {static_cast<unsigned>(ks), 1, 1};

@@ -8,9 +8,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "lithe/core/buffer.h"
@@ -162,6 +165,19 @@ inline cuda::RopeKvArgs rope_kv_args(const HeadShape& sh, int64_t m, cuda::RopeM
   a.kv = kv;
   a.kv_pos = b.kv_pos;
   return a;
+}
+
+// With the environment variable `env` set, prints an FNV-1a hash of the bytes of y as
+// "[ TAG ] what m=M HASH", so that two builds or settings can be compared bit for bit
+// (bench/gq_device_run.sh compares them).
+inline void print_hash_if(const char* env, const char* tag, const std::string& what, int64_t m,
+                          const std::vector<float>& y) {
+  if (std::getenv(env) == nullptr) return;
+  uint64_t h = 1469598103934665603ull;
+  for (const unsigned char b : std::string_view(reinterpret_cast<const char*>(y.data()), y.size() * 4))
+    h = (h ^ b) * 1099511628211ull;
+  std::printf("[ %s ] %s m=%lld %016llx\n", tag, what.c_str(), static_cast<long long>(m),
+              static_cast<unsigned long long>(h));
 }
 
 }  // namespace lithe::cuda_test

@@ -3,7 +3,8 @@
 // random matrices (gq::random_matrix, fixed seeds): every format (int2/3/4/8, sym and asym, group
 // 32/64/128, a group of 96, per channel), act-order, 2:4-sparse matrices, short last groups,
 // odd shapes and the real ones, m = 1..16, store and accumulate; fused launches (3 matrices, swiglu,
-// a folded RMSNorm); rows that do not depend on m; the k-split's counters left at zero. The
+// a folded RMSNorm); rows that do not depend on m; the k-split's counters left at zero. With
+// LITHE_TEST_GEMV_HASH set the outputs are printed as hashes (two settings compared bit for bit). The
 // reference is computed once per matrix for the largest m (the smaller m use its first rows).
 // Tolerance: 1e-5 |want| + 1e-6 max|W| sum|x_i| (f32 sums in another order; a lost or doubled
 // 32-column unit is ~1e-2 of that scale). Rows >= m and y past [m][n_out] must stay untouched.
@@ -148,6 +149,8 @@ void check_linear(const gq::Matrix& mat, const std::vector<int64_t>& ms, cudaStr
       scratch.expect_zeroed();
       std::vector<float> y(y_len);
       d2h(y.data(), dy, y_len * 4);
+      cuda_test::print_hash_if("LITHE_TEST_GEMV_HASH", "gemv hash", describe(mat) + (acc ? " accumulate" : " store"), m,
+                               y);  // two settings, bit for bit
       for (size_t k = static_cast<size_t>(m * n_out); k < y_len; ++k)
         ASSERT_EQ(y[k], kSentinel) << "write past y[m][n_out] at " << k;
       int bad = 0;
@@ -238,6 +241,8 @@ void check_fused(const std::vector<gq::Matrix>& mats, cuda::Epilogue e, bool nor
     for (int j = 0; j < n; ++j) {
       std::vector<float> y(y0[j].size());
       d2h(y.data(), *dy[j], y.size() * 4);
+      cuda_test::print_hash_if("LITHE_TEST_GEMV_HASH", "gemv hash",
+                               describe(mats[j]) + " fused " + std::to_string(static_cast<int>(e)) + (norm ? " norm" : ""), m, y);
       const int64_t n_out = mats[j].n_out;
       for (int64_t i = 0; i < rows; ++i)
         for (int64_t r = 0; r < n_out; ++r) {

@@ -40,7 +40,6 @@
 #include <cstring>
 #include <random>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -418,13 +417,7 @@ class MarlinGpu : public cuda_test::CudaStreamTest {
       for (int64_t c = 0; c < N; ++c)
         ASSERT_EQ(got[static_cast<size_t>(m * N + c)], kSentinel) << "row m written at column " << c;
       got.resize(static_cast<size_t>(m * N));
-      if (std::getenv("LITHE_TEST_MARLIN_HASH") != nullptr) {  // to compare the bits of two builds / settings
-        uint64_t h = 1469598103934665603ull;  // FNV-1a over the bytes of y
-        for (const unsigned char b : std::string_view(reinterpret_cast<const char*>(got.data()), got.size() * 4))
-          h = (h ^ b) * 1099511628211ull;
-        std::printf("[ marlin hash ] %s m=%lld %016llx\n", what.c_str(), static_cast<long long>(m),
-                    static_cast<unsigned long long>(h));
-      }
+      cuda_test::print_hash_if("LITHE_TEST_MARLIN_HASH", "marlin hash", what, m, got);  // two settings, bit for bit
       const Err e = compare(got, ref);
       EXPECT_LE(e.rel_l2, 1e-3) << "store: relative L2 error";
       EXPECT_LE(e.max_abs_over_rms, 1e-2) << "store: max |error| / rms(ref)";

@@ -169,7 +169,7 @@ TEST_F(CudaMatvecRope, EqualsMatvecThenRopeKvStore) {
 
 // The gq GEMV's rope_kv epilogue (cuda_gq.h: head_dim dividing its 128-row items) the same way:
 // int4 g128 and int3 g64 act-order q/k/v, n_in 256 (no k-split) and 1024 (split: the last block of
-// each item rotates), m up to 16, GQA, partial and zero rot_dim.
+// each item rotates, or block 0 of its cluster), m up to 16, GQA, partial and zero rot_dim.
 TEST_F(CudaMatvecRope, GqGemvEqualsGemvThenRopeKvStore) {
   std::mt19937 rng(31);
   int cases = 0;

@@ -97,21 +97,32 @@ __device__ __forceinline__ void pdl_release() {
 #endif
 }
 
-// A launch with PDL when `pdl` (see pdl_enabled).
+// A launch with PDL when `pdl` (see pdl_enabled), as clusters of `cluster` blocks along x when
+// cluster > 0 (the caller checked that they fit: max_active_clusters).
 template <typename... Params, typename... Args>
-void launch_with_pdl(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
-                     Args&&... args) {
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
+void launch_with(bool pdl, int cluster, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                 cudaStream_t s, Args&&... args) {
+  cudaLaunchAttribute attr[2]{};
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
-  cfg.attrs = &attr;
-  cfg.numAttrs = pdl ? 1 : 0;
+  cfg.attrs = attr;
+  if (cluster > 0) {
+    attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+    attr[cfg.numAttrs++].val.clusterDim = {static_cast<unsigned>(cluster), 1, 1};
+  }
+  if (pdl) {
+    attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[cfg.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
+  }
   (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);  // errors surface in launched()
+}
+template <typename... Params, typename... Args>
+void launch_with_pdl(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                     Args&&... args) {
+  launch_with(pdl, 0, kernel, grid, block, smem, s, std::forward<Args>(args)...);
 }
 
 // Whether launches use PDL on device 0 (sm_90+ only): LITHE_PDL=1 on, LITHE_PDL=0 off, unset:
@@ -119,6 +130,17 @@ void launch_with_pdl(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block,
 // default: they issue their first weight loads before griddepcontrol.wait, and with PDL a Llama-2-7B
 // int4 decode ran 9% faster on an H100 (bench/RESULTS.md); the others do not.
 bool pdl_enabled(bool by_default = false);
+
+// Whether the environment sets `name` to "0": the knobs that turn a path off (each caller reads its
+// knob once).
+bool env_zero(const char* name);
+
+// The most clusters of `size` blocks of `kernel` resident at once under launch `cfg` (its grid,
+// block and dynamic shared memory; its attributes are ignored), asked once per device, kernel, size,
+// block and shared memory; 0 where clusters cannot run: a device before sm_90, or kernel code not
+// compiled for sm_90+ (an sm_80 cubin, or its PTX compiled on the device, has the cluster
+// instructions left out: ptxVersion < 90).
+int max_active_clusters(const void* kernel, const cudaLaunchConfig_t& cfg, int size);
 
 template <typename... Params, typename... Args>
 void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
@@ -177,6 +199,48 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>  // waits until at most N of this thread's committed groups are still in flight
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// ---- thread-block clusters (sm_90; launchers ask for them only where max_active_clusters > 0) -----
+inline constexpr int kMaxClusterSize = 8;  // portable cluster size
+// Barrier of every thread of the cluster; release / acquire: shared-memory writes before it are
+// visible to the other blocks' reads after it.
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ int cluster_rank() {
+  uint32_t r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+#endif
+  return static_cast<int>(r);
+}
+// What `p` addresses in our shared memory, read from the cluster's block `rank`: 16 bytes / 4 bytes.
+__device__ __forceinline__ uint32_t dsmem_addr(const void* p, int rank) {
+  uint32_t a = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(a) : "r"(smem_u32(p)), "r"(rank));
+#endif
+  return a;
+}
+__device__ __forceinline__ float4 ld_dsmem_f4(const void* p, int rank) {
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(dsmem_addr(p, rank))
+               : "memory");
+#endif
+  return v;
+}
+__device__ __forceinline__ float ld_dsmem_f32(const float* p, int rank) {
+  float v = 0.f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(dsmem_addr(p, rank)) : "memory");
+#endif
+  return v;
 }
 
 // (a & MASK) | b in one LOP3: the dequantizers' "codes into an f16 mantissa" step.

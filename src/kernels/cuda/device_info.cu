@@ -7,6 +7,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "common.cuh"
 #include "lithe/kernels/cuda_device.h"
@@ -94,6 +97,50 @@ Status device_facts(DeviceFacts& out) {
   out.major = major[dev].load(std::memory_order_relaxed);
   out.smem_optin = smem[dev].load(std::memory_order_relaxed);
   return Status::ok();
+}
+
+bool env_zero(const char* name) {
+  const char* e = std::getenv(name);
+  return e != nullptr && std::strcmp(e, "0") == 0;
+}
+
+int max_active_clusters(const void* kernel, const cudaLaunchConfig_t& cfg, int size) {
+  DeviceFacts d;
+  int dev = 0;
+  if (size < 1 || size > kMaxClusterSize || !device_facts(d).is_ok() || d.major < 9 || cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  struct Key {
+    int dev;
+    const void* kernel;
+    int size;
+    unsigned block;
+    size_t smem;
+    bool operator==(const Key&) const = default;
+  };
+  static std::mutex mu;
+  static std::vector<std::pair<Key, int>> known;  // a handful of (kernel, shape) pairs per process
+  const Key key{dev, kernel, size, cfg.blockDim.x * cfg.blockDim.y * cfg.blockDim.z, cfg.dynamicSmemBytes};
+  std::lock_guard<std::mutex> lock(mu);
+  for (const auto& [k, n] : known)
+    if (k == key) return n;
+  cudaLaunchAttribute a{};
+  a.id = cudaLaunchAttributeClusterDimension;
+  a.val.clusterDim = {static_cast<unsigned>(size), 1, 1};
+  cudaLaunchConfig_t c = cfg;
+  c.gridDim = dim3(static_cast<unsigned>(size));
+  c.attrs = &a;
+  c.numAttrs = 1;
+  cudaFuncAttributes fa{};
+  int n = 0;
+  if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess || fa.ptxVersion < 90 ||
+      cudaOccupancyMaxActiveClusters(&n, kernel, &c) != cudaSuccess) {
+    (void)cudaGetLastError();
+    n = 0;
+  }
+  known.emplace_back(key, n);
+  return n;
 }
 
 bool pdl_enabled(bool by_default) {

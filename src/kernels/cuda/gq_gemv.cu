@@ -201,6 +201,8 @@ Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue
   a.items = p.items;
   a.ks = p.split.ks;
   a.cpb = p.split.cpb;
+  static const bool cluster_off = detail::env_zero("LITHE_GEMV_CLUSTER");
+  a.cluster = !cluster_off && a.ks > 1 ? 1 : 0;  // where its clusters fit (gq_gemv_grid.cuh: cluster_for)
   a.pf = prefetch_batches(outs[0].w->fmt.bits, m);
   static const int wait_knob = env_knob("LITHE_GEMV_PREFETCH_WAIT", -1);
   a.pf0 = wait_knob >= 0 ? std::min(wait_knob, 16) : a.pf;

@@ -30,6 +30,13 @@
 //   zero between launches) and applies the epilogue: store / accumulate / swiglu, times 1/rms
 //   under a folded norm. rope_kv (q, k, v): the item's finished rows go to shared memory first, then
 //   pair by pair through the rotation into y and the KV cache (rope.cuh, as the matvec kernel).
+// - Cluster sums (sm_90, Args::cluster; host: cluster_for). Where 2 <= KS <= 8 and every item's
+//   blocks fit on the device at once as one thread-block cluster (with room to spare), they are
+//   launched so, and instead of the scratch, counters and last block, each block keeps its partial
+//   sums in its shared memory; after a cluster barrier block r adds the KS blocks' sums of its KS-th
+//   of the item's outputs in ks order through distributed shared memory (the same additions in the
+//   same order: the same bits) and applies the epilogue (rope_kv: block 0 takes the whole item); a
+//   second barrier keeps every block's sums alive until read. LITHE_GEMV_CLUSTER=0 turns it off.
 //
 // Arithmetic (per k16 block and tile, per lane: 8 codes, one 32-bit word for int4)
 // - (word & mask) | 0x64006400 (one LOP3; int8: one PRMT) makes an f16 pair 1024 + c * 2^(b*j);
@@ -210,6 +217,52 @@ __device__ __forceinline__ void stage_x(const Args& a, const int32_t* perm, int 
   }
 }
 
+// ks > 1 with the item's blocks as one cluster (gemv_kernel's "Cluster sums"): part and ss_blk hold
+// this block's partial sums and x^2 sums. Block `rank` adds the ks blocks' values of its share of
+// the item's outputs o = i * kItemRows + row of the item, in rank (= ks) order, and finishes them.
+template <int BITS, int M, int R>
+__device__ __forceinline__ void cluster_sum(const Args& a, int64_t item, float (&part)[kWarps][R][M][kRows],
+                                            const float (&ss_blk)[M]) {
+  constexpr int K = detail::kMaxClusterSize;
+  detail::cluster_sync();  // every block's sums are in its shared memory
+  const int rank = detail::cluster_rank();
+  const bool rope = R == 1 && a.epi == Epilogue::rope_kv;
+  const int total = a.m * kItemRows, share = (total + a.ks - 1) / a.ks;
+  const int lo = rope ? 0 : rank * share, hi = rope ? (rank == 0 ? total : 0) : min(lo + share, total);
+  for (int o = lo + static_cast<int>(threadIdx.x); o < hi; o += kThreads) {
+    const int i = o / kItemRows, w = o % kItemRows / kRows, row = o % kRows;
+    float pv[K][R], sv[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (k < a.ks) {  // all loads first, then the adds in order
+#pragma unroll
+        for (int r = 0; r < R; ++r) pv[k][r] = detail::ld_dsmem_f32(&part[w][r][i][row], k);
+        sv[k] = a.norm != nullptr ? detail::ld_dsmem_f32(&ss_blk[i], k) : 0.f;
+      }
+    float val[R], ss = 0.f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) val[r] = 0.f;
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (k < a.ks) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) val[r] += pv[k][r];
+        ss += sv[k];
+      }
+    if (rope) {  // this thread alone reads and writes entry o of part
+      apply_norm<R>(a, val, ss);
+      part[w][0][i][row] = val[0];
+      continue;
+    }
+    bool valid;
+    const Tiles<R> tw = tiles_of<BITS, R>(a, item, w, 0, valid);
+    if (valid) finish<R>(a, tw, row, i, val, ss);
+  }
+  detail::cluster_sync();  // the other blocks have read our sums (and block 0's rows are all in part)
+  if constexpr (R == 1)
+    if (rope && rank == 0) rope_kv_item<M>(a, item, part);
+}
+
 // Dynamic shared memory: the block's k-range of x as B fragments, uint4 [span / 32][2M][4]: for
 // k16 blocks 2p and 2p + 1, fragment row n (n < M: hi of x row n, else lo of x row n - M), quad t:
 // (b0b1, b2b3) of block 2p, then of block 2p + 1.
@@ -319,20 +372,25 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
 
   write_parts<M, R, NB>(sum, part[warp], g, tq);
   __syncthreads();
-  // One thread per (x row i, row of the item): o = i * kItemRows + warp * 16 + row. The block's x^2
-  // sum of row i: its warps' parts in order.
-  // ks > 1: this item's partial sums [ks][R][kMaxM][kItemRows] and x^2 sums [ks][kMaxM] in scratch.
-  const int64_t sums = a.items * a.ks * (R * kMaxM * kItemRows);
-  float* const partial = a.ks == 1 ? nullptr : a.partial + item * a.ks * (R * kMaxM * kItemRows);
-  float* const ss_out = a.ks == 1 ? nullptr : a.partial + sums + item * a.ks * kMaxM;
   const bool has_norm = a.norm != nullptr;
-  auto block_ss = [&](int i) {
+  auto block_ss = [&](int i) {  // the block's x^2 sum of x row i: its warps' parts in order
     float ss = 0.f;
     if (has_norm)
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) ss += ss_part[w][i];
     return ss;
   };
+  if (a.cluster) {
+    __shared__ float ss_blk[M];
+    if (threadIdx.x < M) ss_blk[threadIdx.x] = static_cast<int>(threadIdx.x) < a.m ? block_ss(static_cast<int>(threadIdx.x)) : 0.f;
+    cluster_sum<BITS, M, R>(a, item, part, ss_blk);
+    return;
+  }
+  // One thread per (x row i, row of the item): o = i * kItemRows + warp * 16 + row.
+  // ks > 1: this item's partial sums [ks][R][kMaxM][kItemRows] and x^2 sums [ks][kMaxM] in scratch.
+  const int64_t sums = a.items * a.ks * (R * kMaxM * kItemRows);
+  float* const partial = a.ks == 1 ? nullptr : a.partial + item * a.ks * (R * kMaxM * kItemRows);
+  float* const ss_out = a.ks == 1 ? nullptr : a.partial + sums + item * a.ks * kMaxM;
   // rope_kv: finished row `row` of tile w for x row i goes to part, where rope_kv_item pairs it up.
   auto stash = [&](int w, int i, int row, float (&v)[R], float ss) {
     apply_norm<R>(a, v, ss);
@@ -433,16 +491,40 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
     __stcg(ss_out + (o / a.m) * kMaxM + o % a.m, 0.f);
 }
 
+// Dynamic shared memory of a launch: the B fragments, span / 32 k16-block pairs x 2M rows x 4
+// quads x 16 bytes.
+template <int BITS, int M>
+size_t smem_of(int cpb) {
+  return static_cast<size_t>(cpb) * Codec<BITS>::kSpan / 32 * (2 * M) * 4 * 16;
+}
+
+// Cluster sums (gemv_kernel) where asked (Args::cluster), 2 <= ks <= 8 and this kernel's clusters
+// of every item fit on the device at once with 1/8 to spare (detail::max_active_clusters: sm_90 code
+// on an sm_90 device). The spare: with PDL a launch starts while its predecessor's blocks still
+// hold SMs. On an H100 (two blocks per SM: 132 clusters of 2 fit, 79 of 3, 32 of 7, 30 of 8) that is
+// Llama-2-7B's qkv (96 items, ks = 2); splitting o and down (32 items) 7 ways instead of 8 so that
+// their clusters fit exactly made a decode layer 15 us slower, and gate/up (86 items) 2 ways
+// instead of 3, 18 us (bench/RESULTS.md, twenty-third session): the split is never changed for it.
+inline int cluster_for(const Args& a, const void* kernel, size_t smem) {
+  if (!a.cluster || a.ks < 2 || a.ks > detail::kMaxClusterSize) return 0;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(a.ks));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  return detail::max_active_clusters(kernel, cfg, a.ks) >= a.items + a.items / 8 ? 1 : 0;
+}
+
 template <int BITS, int M, int R, bool PERM>
 Status launch(const Args& a, Stream s) {
   static std::atomic<uint64_t> opted{0};
   auto* kernel = gemv_kernel<BITS, M, R, PERM>;
-  // B fragments: span / 32 k16-block pairs x 2M rows x 4 quads x 16 bytes.
-  const size_t smem = static_cast<size_t>(a.cpb) * Codec<BITS>::kSpan / 32 * (2 * M) * 4 * 16;
+  const size_t smem = smem_of<BITS, M>(a.cpb);
   LITHE_TRY(detail::allow_smem(kernel, opted, smem, "gq gemv_kernel"));
+  const dim3 grid(static_cast<unsigned>(a.items * a.ks));
+  Args b = a;
+  b.cluster = cluster_for(a, reinterpret_cast<const void*>(kernel), smem);
   // PDL by default (pdl_enabled): the first batch of weights loads while the previous kernel ends.
-  detail::launch_with_pdl(detail::pdl_enabled(true), kernel, dim3(static_cast<unsigned>(a.items * a.ks)),
-                          dim3(kThreads), smem, s, a);
+  detail::launch_with(detail::pdl_enabled(true), b.cluster ? b.ks : 0, kernel, grid, dim3(kThreads), smem, s, b);
   return detail::launched("gq gemv_kernel");
 }
 

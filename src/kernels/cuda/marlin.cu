@@ -848,12 +848,7 @@ template <class C>
 constexpr Plan plan_of() {
   return {C::MB, C::M_T, C::N_T, C::K_T};
 }
-// Whether the environment sets `name` to "0": the knobs that turn a path off (each caller reads its
-// knob once).
-bool env_zero(const char* name) {
-  const char* e = std::getenv(name);
-  return e != nullptr && std::strcmp(e, "0") == 0;
-}
+using detail::env_zero;
 
 // wgmma for m > 64: 128-row slices stream the weights once, but where a block gets few units of
 // them (at most kShortRun: Llama's 4096 x 4096 gets 8 on 132 SMs) the k-split's fixed costs (four
@@ -939,37 +934,14 @@ ScratchLayout scratch_layout(const PackedWeight& w, int64_t m, int sms, bool wg)
 // Cluster sums (gemm_kernel's "Cluster sums"): the k-split count ks when every slice's k range is
 // exactly ks blocks' units (2 <= ks <= kMaxClusterKs; then each block has one slice), the device is
 // sm_90 running sm_90 code of the kernel, LITHE_MARLIN_CLUSTER is not 0 and all grid / ks clusters
-// fit on the device at once (cudaOccupancyMaxActiveClusters, asked once per device, kernel and ks);
-// else 0. cfg: the launch without attributes.
+// fit on the device at once (detail::max_active_clusters); else 0. cfg: the launch without attributes.
 template <class C>
 int cluster_ks_for(const Params& p, int grid, const DeviceFacts& d, int dev, const cudaLaunchConfig_t& cfg) {
   static const bool env_off = env_zero("LITHE_MARLIN_CLUSTER");
   if (!C::CLUSTER || env_off || d.major != 9 || dev < 0 || dev >= kMaxDevices || p.k_tiles % p.per_block != 0) return 0;
   const int ks = p.k_tiles / p.per_block;
   if (ks < 2 || ks > kMaxClusterKs || grid % ks != 0) return 0;
-  // Most clusters of ks blocks resident at once, + 1 (0: not asked yet).
-  static std::array<std::array<std::atomic<int>, kMaxClusterKs + 1>, kMaxDevices> most{};
-  std::atomic<int>& slot = most[dev][ks];
-  if (slot.load(std::memory_order_acquire) == 0) {
-    cudaLaunchAttribute a{};
-    a.id = cudaLaunchAttributeClusterDimension;
-    a.val.clusterDim = {static_cast<unsigned>(ks), 1, 1};
-    cudaLaunchConfig_t c = cfg;
-    c.gridDim = dim3(static_cast<unsigned>(ks));
-    c.attrs = &a;
-    c.numAttrs = 1;
-    // The kernel's code must come from sm_90+ source (compiled for 80, the cluster instructions are
-    // left out: an sm_80 cubin, or its PTX compiled on this device, has ptxVersion 80).
-    cudaFuncAttributes fa{};
-    int n = 0;
-    if (cudaFuncGetAttributes(&fa, gemm_kernel<C>) != cudaSuccess || fa.ptxVersion < 90 ||
-        cudaOccupancyMaxActiveClusters(&n, gemm_kernel<C>, &c) != cudaSuccess) {
-      (void)cudaGetLastError();
-      n = 0;
-    }
-    slot.store(n + 1, std::memory_order_release);
-  }
-  return slot.load(std::memory_order_acquire) - 1 >= grid / ks ? ks : 0;
+  return detail::max_active_clusters(reinterpret_cast<const void*>(gemm_kernel<C>), cfg, ks) >= grid / ks ? ks : 0;
 }
 
 template <class C>
@@ -991,24 +963,13 @@ Status launch_gemm(const Params& p, int grid, bool pdl, const DeviceFacts& d, cu
     }
     opted[dev].store(true, std::memory_order_release);
   }
-  cudaLaunchAttribute attr[2]{};
-  cudaLaunchConfig_t cfg{};
+  cudaLaunchConfig_t cfg{};  // for the cluster query
   cfg.gridDim = dim3(static_cast<unsigned>(grid));
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = C::SMEM;
-  cfg.stream = s;
-  cfg.attrs = attr;
   Params q = p;
   q.cluster_ks = cluster_ks_for<C>(p, grid, d, dev, cfg);
-  if (q.cluster_ks > 0) {
-    attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
-    attr[cfg.numAttrs++].val.clusterDim = {static_cast<unsigned>(q.cluster_ks), 1, 1};
-  }
-  if (pdl) {
-    attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[cfg.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
-  }
-  (void)cudaLaunchKernelEx(&cfg, kernel, q);
+  detail::launch_with(pdl, q.cluster_ks, kernel, cfg.gridDim, cfg.blockDim, C::SMEM, s, q);
   return detail::launched("marlin gemm_kernel");
 }
 

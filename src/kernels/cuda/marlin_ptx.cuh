@@ -75,35 +75,11 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
-// ---- thread-block clusters (sm_90; the launcher only asks for them there) -----------------------
-// Barrier of every thread of the cluster; release / acquire: shared-memory writes before it are
-// visible to the other blocks' reads after it.
-__device__ __forceinline__ void cluster_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#endif
-}
-// 16 bytes at what `p` addresses in our shared memory, read from the cluster's block `rank`.
-__device__ __forceinline__ float4 ld_dsmem_f4(const void* p, int rank) {
-  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  uint32_t a;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(a) : "r"(smem_u32(p)), "r"(rank));
-  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "r"(a)
-               : "memory");
-#endif
-  return v;
-}
-__device__ __forceinline__ int cluster_rank() {
-  uint32_t r = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-#endif
-  return static_cast<int>(r);
-}
-inline constexpr int kMaxClusterKs = 8;  // portable cluster size
+// ---- thread-block clusters (sm_90; cluster_sync, ld_dsmem_f4, cluster_rank: common.cuh) ----------
+using detail::cluster_rank;
+using detail::cluster_sync;
+using detail::ld_dsmem_f4;
+inline constexpr int kMaxClusterKs = detail::kMaxClusterSize;
 // Adds float4 `q` of the cluster's ks tiles in rank order (= block order) onto `v`; the loads of up
 // to four tiles are issued together.
 __device__ __forceinline__ void add_cluster_f4(float4& v, const float4* q, int ks) {

@@ -500,11 +500,12 @@ size_t smem_of(int cpb) {
 
 // Cluster sums (gemv_kernel) where asked (Args::cluster), 2 <= ks <= 8 and this kernel's clusters
 // of every item fit on the device at once with 1/8 to spare (detail::max_active_clusters: sm_90 code
-// on an sm_90 device). The spare: with PDL a launch starts while its predecessor's blocks still
-// hold SMs. On an H100 (two blocks per SM: 132 clusters of 2 fit, 79 of 3, 32 of 7, 30 of 8) that is
-// Llama-2-7B's qkv (96 items, ks = 2); splitting o and down (32 items) 7 ways instead of 8 so that
-// their clusters fit exactly made a decode layer 15 us slower, and gate/up (86 items) 2 ways
-// instead of 3, 18 us (bench/RESULTS.md, twenty-third session): the split is never changed for it.
+// on an sm_90 device). The spare: in a decode step (PDL: a launch starts while its predecessor's
+// blocks still hold SMs) o and down split 7 ways as 32 clusters of 7, exactly an H100's capacity,
+// took 14.4 us a layer more than the same split with scratch sums. On an H100 (two blocks per SM:
+// 132 clusters of 2 fit, 79 of 3, 32 of 7, 30 of 8) that leaves Llama-2-7B's qkv (96 items, ks = 2);
+// the split is never changed for clusters (gate/up 2 ways instead of 3 lost 18 us a layer;
+// bench/RESULTS.md, twenty-third session).
 inline int cluster_for(const Args& a, const void* kernel, size_t smem) {
   if (!a.cluster || a.ks < 2 || a.ks > detail::kMaxClusterSize) return 0;
   cudaLaunchConfig_t cfg{};

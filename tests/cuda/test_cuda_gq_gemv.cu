@@ -3,9 +3,10 @@
 // random matrices (gq::random_matrix, fixed seeds): every format (int2/3/4/8, sym and asym, group
 // 32/64/128, a group of 96, per channel), act-order, 2:4-sparse matrices, short last groups,
 // odd shapes and the real ones, m = 1..16, store and accumulate; fused launches (3 matrices, swiglu,
-// a folded RMSNorm); rows that do not depend on m; the k-split's counters left at zero. With
-// LITHE_TEST_GEMV_HASH set the outputs are printed as hashes (two settings compared bit for bit). The
-// reference is computed once per matrix for the largest m (the smaller m use its first rows).
+// a folded RMSNorm); rows that do not depend on m; the k-split's counters left at zero and its sums
+// in thread-block clusters where they fit. With LITHE_TEST_GEMV_HASH set the outputs are printed as
+// hashes (two settings compared bit for bit). The reference is computed once per matrix for the
+// largest m (the smaller m use its first rows).
 // Tolerance: 1e-5 |want| + 1e-6 max|W| sum|x_i| (f32 sums in another order; a lost or doubled
 // 32-column unit is ~1e-2 of that scale). Rows >= m and y past [m][n_out] must stay untouched.
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -399,18 +401,45 @@ TEST_F(CudaGqGemv, FusedMatricesEpiloguesAndNorm) {
     }
 }
 
+// The k-split's sums run in thread-block clusters where they fit (cuda_gq.h: gemv_cluster_size),
+// so that the outputs compared bit for bit with LITHE_GEMV_CLUSTER=0 (bench/gq_device_run.sh
+// gemv_cluster) include cluster launches: on an sm_90 GPU (with the default build's sm_90a code)
+// 256 x 1024 int4 g128 splits k 4 ways over 2 items, as clusters of 4, for store, accumulate and
+// a fused swiglu; 256 x 256 does not split.
+TEST_F(CudaGqGemv, SplitSumsRunInClustersWhereTheyFit) {
+  int dev = 0, major = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), cudaSuccess);
+  const char* knob = std::getenv("LITHE_GEMV_CLUSTER");
+  const bool on = major >= 9 && !(knob != nullptr && std::string(knob) == "0");
+  for (int64_t n_in : {256, 1024}) {
+    const DevMatrix gate = upload(gq::random_matrix(fmt(4, 128, false), 256, n_in, 7, false));
+    const DevMatrix up = upload(gq::random_matrix(fmt(4, 128, false), 256, n_in, 8, false));
+    ASSERT_TRUE(gate.dev != nullptr && up.dev != nullptr);
+    const cuda::GemvOut outs[2] = {{&gate.host.desc, gate.dev->p, nullptr}, {&up.host.desc, up.dev->p, nullptr}};
+    const int want = n_in == 1024 && on ? 4 : 0;
+    for (int64_t m : {1, 3, 16}) {
+      EXPECT_EQ(cuda::gemv_cluster_size(outs, 1, m, cuda::Epilogue::store), want) << "n_in " << n_in << " m " << m;
+      EXPECT_EQ(cuda::gemv_cluster_size(outs, 1, m, cuda::Epilogue::accumulate), want) << "n_in " << n_in << " m " << m;
+      EXPECT_EQ(cuda::gemv_cluster_size(outs, 2, m, cuda::Epilogue::swiglu), want) << "n_in " << n_in << " m " << m;
+    }
+  }
+  EXPECT_EQ(cuda::gemv_cluster_size(nullptr, 1, 1, cuda::Epilogue::store), 0);
+}
+
 // Row i of y does not depend on m (the k-split depends on the shape only) and repeated launches
 // give the same bits (the partial sums are added in a fixed order, whatever order blocks finish).
-// 4096 x 4096 splits k in 8: at m <= 4 blocks add the slices themselves, at m = 8, 16 the last
-// block of each item does (gemv_kernel), in the same order; with a folded norm too.
+// 4096 x 4096 splits k in 8, summed through scratch by the last block of each item (its clusters
+// do not fit); 256 x 1024 in 4, summed in thread-block clusters on sm_90; with a folded norm too.
 TEST_F(CudaGqGemv, RowsDoNotDependOnM) {
   struct Case {
     int bits;
-    int64_t n_out;
+    int64_t n_out, n_in;
     bool norm;
   };
-  for (const Case& cs : {Case{4, 256, false}, Case{3, 256, false}, Case{4, 4096, false}, Case{4, 4096, true}}) {
-    const gq::Matrix mat = gq::random_matrix(fmt(cs.bits, 128, false), cs.n_out, 4096, 21, false);
+  for (const Case& cs : {Case{4, 256, 4096, false}, Case{3, 256, 4096, false}, Case{4, 4096, 4096, false},
+                         Case{4, 4096, 4096, true}, Case{4, 256, 1024, false}, Case{4, 256, 1024, true}}) {
+    const gq::Matrix mat = gq::random_matrix(fmt(cs.bits, 128, false), cs.n_out, cs.n_in, 21, false);
     SCOPED_TRACE(describe(mat) + (cs.norm ? " + norm" : ""));
     const DevMatrix w = upload(mat);
     ASSERT_TRUE(w.dev != nullptr);

@@ -70,8 +70,14 @@ inline constexpr int64_t kGemvItemRows = 128;
 // The k dimension is split over several blocks per 16-row tile, whose partial sums meet in
 // `scratch` (gemv_scratch_bytes; zeroed once by the caller, left all zero by every launch, so one
 // buffer serves launches of every shape): how many depends only on
-// the shapes and the device, never on m, so row i of y is the same bits whatever m is.
+// the shapes and the device, never on m, so row i of y is the same bits whatever m is. On sm_90,
+// where the blocks of every work item fit on the device at once as one thread-block cluster (with
+// room to spare), they add their sums in shared memory instead (the same bits).
 int64_t gemv_scratch_bytes(const GemvOut* outs, int n_outs, Epilogue e);
+// The cluster size a gemv launch of these matrices at batch m uses for its k-split sums on the
+// current device: 0 for scratch sums (or no split), else the blocks per item (for tests and
+// benchmarks; LITHE_GEMV_CLUSTER=0 turns cluster sums off).
+int gemv_cluster_size(const GemvOut* outs, int n_outs, int64_t m, Epilogue e);
 Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue e, void* scratch,
             int64_t scratch_bytes, Stream s, const MatvecNorm& norm = {}, const MatvecRope* rope = nullptr);
 // One matrix, store or accumulate.

@@ -111,7 +111,40 @@ Plan plan_of(const GemvOut* outs, int n_outs, Epilogue e, int sms) {
   return p;
 }
 
+// The fields of Args that pick the kernel and its grid: plan p, m, the epilogue and whether cluster
+// sums are asked for (LITHE_GEMV_CLUSTER=0: never; the launcher checks that they fit).
+void plan_args(const Plan& p, int64_t m, Epilogue e, Args& a) {
+  static const bool cluster_off = detail::env_zero("LITHE_GEMV_CLUSTER");
+  a.items = p.items;
+  a.ks = p.split.ks;
+  a.cpb = p.split.cpb;
+  a.cluster = !cluster_off && a.ks > 1 ? 1 : 0;
+  a.m = static_cast<int>(m);
+  a.epi = e;
+}
+
+int cluster_size_of(int bits, const Args& a) {
+  switch (bits) {
+    case 2: return cluster_size<2>(a);
+    case 3: return cluster_size<3>(a);
+    case 4: return cluster_size<4>(a);
+    default: return cluster_size<8>(a);
+  }
+}
+
 }  // namespace
+
+int gemv_cluster_size(const GemvOut* outs, int n_outs, int64_t m, Epilogue e) {
+  if (outs == nullptr || n_outs < 1 || n_outs > 3 || m < 1 || m > kGemvMaxRows) return 0;
+  for (int j = 0; j < n_outs; ++j)
+    if (outs[j].w == nullptr) return 0;
+  Args a{};
+  Geo geo{};
+  detail::DeviceFacts d;
+  if (!make_mat(*outs[0].w, outs[0].w_dev, "", a.mat[0], geo).is_ok() || !detail::device_facts(d).is_ok()) return 0;
+  plan_args(plan_of(outs, n_outs, e, d.sms), m, e, a);
+  return cluster_size_of(outs[0].w->fmt.bits, a);
+}
 
 int64_t gemv_scratch_bytes(const GemvOut* outs, int n_outs, Epilogue e) {
   if (outs == nullptr || n_outs < 1 || n_outs > 3) return 0;
@@ -198,19 +231,13 @@ Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue
     return bad_arg(f + "scratch " + ptr_str(scratch) + " of " + std::to_string(scratch_bytes) + " bytes: needs " +
                    std::to_string(need) + " bytes, 256-byte aligned and zeroed (gemv_scratch_bytes)");
   a.n_mats = n_outs;
-  a.items = p.items;
-  a.ks = p.split.ks;
-  a.cpb = p.split.cpb;
-  static const bool cluster_off = detail::env_zero("LITHE_GEMV_CLUSTER");
-  a.cluster = !cluster_off && a.ks > 1 ? 1 : 0;  // where its clusters fit (gq_gemv_grid.cuh: cluster_for)
+  plan_args(p, m, e, a);
   a.pf = prefetch_batches(outs[0].w->fmt.bits, m);
   static const int wait_knob = env_knob("LITHE_GEMV_PREFETCH_WAIT", -1);
   a.pf0 = wait_knob >= 0 ? std::min(wait_knob, 16) : a.pf;
   a.x = x;
   a.norm = norm.w;
   a.eps = norm.eps;
-  a.m = static_cast<int>(m);
-  a.epi = e;
   if (need > 0) {
     a.counters = static_cast<unsigned*>(scratch);
     a.partial = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + p.counter_bytes);

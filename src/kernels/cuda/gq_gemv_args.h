@@ -77,6 +77,8 @@ struct Args {
 template <int BITS>
 Status launch_grid(const Args& a, Stream s);  // gemv_kernel: a.ks blocks per item
 template <int BITS>
+int cluster_size(const Args& a);  // the cluster size launch_grid gives a (0: scratch sums)
+template <int BITS>
 Status launch_dequant(const Mat& mt, const Geo& g, int64_t slots, void* out, Stream s);
 
 }  // namespace lithe::cuda::gemv_impl

@@ -529,20 +529,33 @@ Status launch(const Args& a, Stream s) {
   return detail::launched("gq gemv_kernel");
 }
 
-template <int BITS, int R, bool PERM>
-Status launch_m(const Args& a, Stream s) {
-  if (a.m == 1) return launch<BITS, 1, R, PERM>(a, s);
-  if (a.m == 2) return launch<BITS, 2, R, PERM>(a, s);
-  if (a.m <= 4) return launch<BITS, 4, R, PERM>(a, s);
-  if (a.m <= 8) return launch<BITS, 8, R, PERM>(a, s);
-  return launch<BITS, 16, R, PERM>(a, s);
+// f.template operator()<M, R, PERM>() for the kernel instantiation that serves a: M = m rounded up
+// to 1, 2, 4, 8 or 16; R = 2 for swiglu; PERM for act-order.
+template <class F>
+auto with_kernel(const Args& a, F&& f) {
+  auto by_m = [&]<int R, bool PERM>() {
+    if (a.m == 1) return f.template operator()<1, R, PERM>();
+    if (a.m == 2) return f.template operator()<2, R, PERM>();
+    if (a.m <= 4) return f.template operator()<4, R, PERM>();
+    if (a.m <= 8) return f.template operator()<8, R, PERM>();
+    return f.template operator()<16, R, PERM>();
+  };
+  if (a.epi == Epilogue::swiglu) return by_m.template operator()<2, false>();
+  if (a.mat[0].perm != nullptr) return by_m.template operator()<1, true>();
+  return by_m.template operator()<1, false>();
 }
 
 template <int BITS>
 Status launch_grid(const Args& a, Stream s) {
-  if (a.epi == Epilogue::swiglu) return launch_m<BITS, 2, false>(a, s);
-  if (a.mat[0].perm != nullptr) return launch_m<BITS, 1, true>(a, s);
-  return launch_m<BITS, 1, false>(a, s);
+  return with_kernel(a, [&]<int M, int R, bool PERM>() { return launch<BITS, M, R, PERM>(a, s); });
+}
+
+template <int BITS>
+int cluster_size(const Args& a) {
+  return with_kernel(a, [&]<int M, int R, bool PERM>() {
+    return cluster_for(a, reinterpret_cast<const void*>(gemv_kernel<BITS, M, R, PERM>), smem_of<BITS, M>(a.cpb)) ? a.ks
+                                                                                                            : 0;
+  });
 }
 
 }  // namespace lithe::cuda::gemv_impl

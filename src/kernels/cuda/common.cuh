@@ -131,12 +131,13 @@ void launch_with_pdl(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block,
 // int4 decode ran 9% faster on an H100 (bench/RESULTS.md); the others do not.
 bool pdl_enabled(bool by_default = false);
 
-// Whether the environment sets `name` to "0": the knobs that turn a path off (each caller reads its
-// knob once).
+// Benchmark knobs from the environment (each caller reads its knob once): whether `name` is set to
+// "0" (the knobs that turn a path off); the integer >= 0 it is set to, else `fallback`.
 bool env_zero(const char* name);
+int env_knob(const char* name, int fallback = 0);
 
-// The most clusters of `size` blocks of `kernel` resident at once under launch `cfg` (its grid,
-// block and dynamic shared memory; its attributes are ignored), asked once per device, kernel, size,
+// The most clusters of `size` blocks of `kernel` resident at once under launch `cfg` (its block and
+// dynamic shared memory; its grid and attributes are ignored), asked once per device, kernel, size,
 // block and shared memory; 0 where clusters cannot run: a device before sm_90, or kernel code not
 // compiled for sm_90+ (an sm_80 cubin, or its PTX compiled on the device, has the cluster
 // instructions left out: ptxVersion < 90).

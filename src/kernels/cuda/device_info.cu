@@ -104,6 +104,12 @@ bool env_zero(const char* name) {
   return e != nullptr && std::strcmp(e, "0") == 0;
 }
 
+int env_knob(const char* name, int fallback) {
+  const char* e = std::getenv(name);
+  const int v = e != nullptr && *e != '\0' ? std::atoi(e) : -1;
+  return v >= 0 ? v : fallback;
+}
+
 int max_active_clusters(const void* kernel, const cudaLaunchConfig_t& cfg, int size) {
   DeviceFacts d;
   int dev = 0;

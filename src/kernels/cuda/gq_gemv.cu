@@ -4,7 +4,6 @@
 // the kernels (gq_gemv_args.h; gq_gemv_grid.cuh describes them).
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "kernels/cuda/common.cuh"
@@ -58,12 +57,7 @@ Status make_mat(const PackedWeight& w, const void* w_dev, const std::string& f, 
 struct Split {
   int ks, cpb;
 };
-// A tuning knob for benchmarks: the integer >= 0 the environment sets `name` to, else `fallback`.
-int env_knob(const char* name, int fallback = 0) {
-  const char* e = std::getenv(name);
-  const int v = e != nullptr && *e != '\0' ? std::atoi(e) : -1;
-  return v >= 0 ? v : fallback;
-}
+using detail::env_knob;
 Split pick_split(int64_t items, int chunks, int cols, int loads, int sms) {
   const int64_t max_ks = std::max(1, chunks / loads);
   static const int knob_per_sm = env_knob("LITHE_GEMV_BLOCKS_PER_SM");
@@ -112,23 +106,26 @@ Plan plan_of(const GemvOut* outs, int n_outs, Epilogue e, int sms) {
 }
 
 // The fields of Args that pick the kernel and its grid: plan p, m, the epilogue and whether cluster
-// sums are asked for (LITHE_GEMV_CLUSTER=0: never; the launcher checks that they fit).
+// sums are asked for (LITHE_GEMV_CLUSTER=0: never; the launcher checks the split and the fit).
 void plan_args(const Plan& p, int64_t m, Epilogue e, Args& a) {
   static const bool cluster_off = detail::env_zero("LITHE_GEMV_CLUSTER");
   a.items = p.items;
   a.ks = p.split.ks;
   a.cpb = p.split.cpb;
-  a.cluster = !cluster_off && a.ks > 1 ? 1 : 0;
+  a.cluster = cluster_off ? 0 : 1;
   a.m = static_cast<int>(m);
   a.epi = e;
 }
 
-int cluster_size_of(int bits, const Args& a) {
+// f.template operator()<BITS>() for the bit width of a GEMV-layout weight (2, 3, 4 or 8: one
+// instantiation of the kernels each, gq_gemv_bits.cu.in).
+template <class F>
+auto with_bits(int bits, F&& f) {
   switch (bits) {
-    case 2: return cluster_size<2>(a);
-    case 3: return cluster_size<3>(a);
-    case 4: return cluster_size<4>(a);
-    default: return cluster_size<8>(a);
+    case 2: return f.template operator()<2>();
+    case 3: return f.template operator()<3>();
+    case 4: return f.template operator()<4>();
+    default: return f.template operator()<8>();
   }
 }
 
@@ -143,7 +140,7 @@ int gemv_cluster_size(const GemvOut* outs, int n_outs, int64_t m, Epilogue e) {
   detail::DeviceFacts d;
   if (!make_mat(*outs[0].w, outs[0].w_dev, "", a.mat[0], geo).is_ok() || !detail::device_facts(d).is_ok()) return 0;
   plan_args(plan_of(outs, n_outs, e, d.sms), m, e, a);
-  return cluster_size_of(outs[0].w->fmt.bits, a);
+  return with_bits(outs[0].w->fmt.bits, [&]<int BITS>() { return cluster_size<BITS>(a); });
 }
 
 int64_t gemv_scratch_bytes(const GemvOut* outs, int n_outs, Epilogue e) {
@@ -242,12 +239,7 @@ Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue
     a.counters = static_cast<unsigned*>(scratch);
     a.partial = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + p.counter_bytes);
   }
-  switch (outs[0].w->fmt.bits) {
-    case 2: return launch_grid<2>(a, s);
-    case 3: return launch_grid<3>(a, s);
-    case 4: return launch_grid<4>(a, s);
-    default: return launch_grid<8>(a, s);
-  }
+  return with_bits(outs[0].w->fmt.bits, [&]<int BITS>() { return launch_grid<BITS>(a, s); });
 }
 
 Status gemv_linear(const PackedWeight& w, const void* w_dev, const float* x, int64_t m, float* y, bool accumulate,
@@ -265,12 +257,7 @@ Status gemv_dequantize_f16(const PackedWeight& w, const void* w_dev, void* out, 
   if (out == nullptr || !aligned(out, 16))
     return bad_arg(f + "out = " + ptr_str(out) + " is null or not 16-byte aligned");
   const int64_t slots = detail::ceil_div(w.n_out, L::kTileRows) * g.chunks * 32;
-  switch (w.fmt.bits) {
-    case 2: return launch_dequant<2>(mt, g, slots, out, s);
-    case 3: return launch_dequant<3>(mt, g, slots, out, s);
-    case 4: return launch_dequant<4>(mt, g, slots, out, s);
-    default: return launch_dequant<8>(mt, g, slots, out, s);
-  }
+  return with_bits(w.fmt.bits, [&]<int BITS>() { return launch_dequant<BITS>(mt, g, slots, out, s); });
 }
 
 }  // namespace lithe::cuda

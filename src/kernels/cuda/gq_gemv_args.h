@@ -60,7 +60,8 @@ struct Args {
   Geo g;
   int64_t items;  // kWarps tiles each, matrix by matrix (swiglu: the gate's tiles)
   int ks, cpb;    // blocks per item (k-split), chunks per block
-  int cluster;    // 1: cluster sums where they fit (gemv_kernel), 0: scratch sums
+  int cluster;    // asked: 1 cluster sums where the split and the device allow (launch), 0 never;
+                  // the kernel's: 1 this launch runs as clusters of ks blocks, 0 scratch sums
   int pf;         // batches a warp asks L2 for ahead of its loads (0: none)
   int pf0;        // batches it asks for before griddepcontrol.wait
   const float* x;

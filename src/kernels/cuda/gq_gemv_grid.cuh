@@ -509,7 +509,6 @@ size_t smem_of(int cpb) {
 inline int cluster_for(const Args& a, const void* kernel, size_t smem) {
   if (!a.cluster || a.ks < 2 || a.ks > detail::kMaxClusterSize) return 0;
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(a.ks));
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = smem;
   return detail::max_active_clusters(kernel, cfg, a.ks) >= a.items + a.items / 8 ? 1 : 0;

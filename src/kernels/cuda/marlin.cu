@@ -91,7 +91,6 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -861,10 +860,7 @@ Plan plan_for(const PackedWeight& w, int64_t m, int sms, bool wg) {
   if (wg) {
     if (m <= 32) return plan_of<WgM2>();
     if (m <= 64) return plan_of<WgM4>();
-    static const int rows = [] {
-      const char* e = std::getenv("LITHE_MARLIN_WG_ROWS");
-      return e == nullptr ? 0 : std::atoi(e);
-    }();
+    static const int rows = detail::env_knob("LITHE_MARLIN_WG_ROWS");
     if (rows == 64 || rows == 128) return rows == 64 ? plan_of<WgM4>() : plan_of<WgM8>();
     constexpr Plan big = plan_of<WgM8>();
     const int64_t units = detail::ceil_div(m, big.m_t) * detail::ceil_div(w.n_out, big.n_t) * detail::ceil_div(w.n_in, big.k_t);
@@ -936,9 +932,9 @@ ScratchLayout scratch_layout(const PackedWeight& w, int64_t m, int sms, bool wg)
 // sm_90 running sm_90 code of the kernel, LITHE_MARLIN_CLUSTER is not 0 and all grid / ks clusters
 // fit on the device at once (detail::max_active_clusters); else 0. cfg: the launch without attributes.
 template <class C>
-int cluster_ks_for(const Params& p, int grid, const DeviceFacts& d, int dev, const cudaLaunchConfig_t& cfg) {
+int cluster_ks_for(const Params& p, int grid, const DeviceFacts& d, const cudaLaunchConfig_t& cfg) {
   static const bool env_off = env_zero("LITHE_MARLIN_CLUSTER");
-  if (!C::CLUSTER || env_off || d.major != 9 || dev < 0 || dev >= kMaxDevices || p.k_tiles % p.per_block != 0) return 0;
+  if (!C::CLUSTER || env_off || d.major != 9 || p.k_tiles % p.per_block != 0) return 0;
   const int ks = p.k_tiles / p.per_block;
   if (ks < 2 || ks > kMaxClusterKs || grid % ks != 0) return 0;
   return detail::max_active_clusters(reinterpret_cast<const void*>(gemm_kernel<C>), cfg, ks) >= grid / ks ? ks : 0;
@@ -968,7 +964,7 @@ Status launch_gemm(const Params& p, int grid, bool pdl, const DeviceFacts& d, cu
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = C::SMEM;
   Params q = p;
-  q.cluster_ks = cluster_ks_for<C>(p, grid, d, dev, cfg);
+  q.cluster_ks = cluster_ks_for<C>(p, grid, d, cfg);
   detail::launch_with(pdl, q.cluster_ks, kernel, cfg.gridDim, cfg.blockDim, C::SMEM, s, q);
   return detail::launched("marlin gemm_kernel");
 }

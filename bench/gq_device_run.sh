@@ -13,6 +13,10 @@
 #   bash bench/gq_device_run.sh gemv_cluster [ROUNDS]
 #                                         the GEMV's cluster sums: GEMV and rope tests with them on
 #                                         and off (outputs hashed and compared), then `knob` on / off
+#   bash bench/gq_device_run.sh attn_single [ROUNDS]
+#                                         decode attention's single-block path for short contexts:
+#                                         attention tests with it on and LITHE_ATTN_SINGLE=0 (outputs
+#                                         hashed and compared), then `knob` on / off
 #   bash bench/gq_device_run.sh knob ROUNDS "VAR=V ..." ["VAR=V ..." ...]
 #                                         the same binary under each environment setting in
 #                                         turn: e2e int4 g128 tg128 at depth 0 (alternated, ROUNDS
@@ -146,6 +150,12 @@ PY
     same_bits LITHE_GEMV_CLUSTER LITHE_TEST_GEMV_HASH "gemv hash" 'CudaGqGemv*:CudaMatvecRope*' "$OUT/gemv_tests.txt" || exit 1
     bash "$0" knob "${2:-3}" LITHE_GEMV_CLUSTER=1 LITHE_GEMV_CLUSTER=0
     ;;
+  attn_single)
+    # Short contexts finished by one block against the split + merge (LITHE_ATTN_SINGLE=0): the
+    # decode attention tests both ways, outputs hashed (the bits must agree), then `knob`.
+    same_bits LITHE_ATTN_SINGLE LITHE_TEST_ATTN_HASH "attn hash" 'CudaAttention.Decode*:CudaAttention.Scrambled*' "$OUT/attn_tests.txt" || exit 1
+    bash "$0" knob "${2:-3}" LITHE_ATTN_SINGLE=1 LITHE_ATTN_SINGLE=0
+    ;;
   knob)
     rounds=$2; shift 2
     for r in $(seq "$rounds"); do
@@ -187,5 +197,5 @@ PY
       shift 2
     done
     ;;
-  *) echo "usage: $0 build|kernels|e2e|verify|cluster|gemv_cluster|knob|profile|profile_qgemm"; exit 2 ;;
+  *) echo "usage: $0 build|kernels|e2e|verify|cluster|gemv_cluster|attn_single|knob|profile|profile_qgemm"; exit 2 ;;
 esac

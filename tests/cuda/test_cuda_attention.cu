@@ -14,12 +14,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "lithe/core/half.h"
 #include "lithe/kernels/cpu.h"
 #include "lithe/kernels/cuda_ops.h"
@@ -281,21 +283,31 @@ void run_prefill(const Case& c) {
   compare(c, in, out, ref, kPrefillRel, kPrefillAbs, kPrefillNmse, "prefill");
 }
 
-void run_decode(const Case& c) {
+// One attention_decode of c against the reference (outputs hashed with LITHE_TEST_ATTN_HASH set);
+// `merged` (if given): whether any partial was written to the scratch past the counters.
+void run_decode(const Case& c, bool* merged) {
   const Inputs in = make_inputs(c);
   std::vector<float> ref, out;
   ASSERT_TRUE(reference(c, in, ref));
   DevInputs d;
   ASSERT_TRUE(to_device(c, in, d));
   DevBuf work;
-  ASSERT_TRUE(alloc_work(work, cuda::attention_decode_work_bytes(d.p)));
+  const size_t work_bytes = cuda::attention_decode_work_bytes(d.p);
+  ASSERT_TRUE(alloc_work(work, work_bytes));
   const Status st = cuda::attention_decode(d.p, work.p, nullptr);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   CUDA_OK(cudaDeviceSynchronize());
   ASSERT_TRUE(download(out, d.out, ref.size()));
   compare(c, in, out, ref, kDecodeRel, kDecodeAbs, kDecodeNmse, "decode");
   expect_counters_zero(work, "decode");
+  cuda_test::print_hash_if("LITHE_TEST_ATTN_HASH", "attn hash", c.name(), c.n_q, out);
+  if (merged != nullptr) {
+    std::vector<unsigned char> parts(work_bytes - cuda::kDecodeCounterBytes);
+    CUDA_OK(cudaMemcpy(parts.data(), work.as<char>() + cuda::kDecodeCounterBytes, parts.size(), cudaMemcpyDeviceToHost));
+    *merged = std::any_of(parts.begin(), parts.end(), [](unsigned char b) { return b != 0xff; });
+  }
 }
+void run_decode(const Case& c) { run_decode(c, nullptr); }
 
 constexpr std::pair<int64_t, int64_t> kHeads[] = {{9, 3}, {32, 32}, {32, 8}, {4, 1}};
 
@@ -374,6 +386,35 @@ TEST(CudaAttention, ScrambledPositionsAndBlindQueries) {
       else
         run_decode(c);
       if (HasFatalFailure()) return;
+    }
+}
+
+// A context that one chunk (a tile: 64 slots of f16 at D = 128, 128 at D = 64) holds is finished by
+// its one block, without partials or merge; one slot more takes the split and the merge. Both match
+// the reference (and give the bits of LITHE_ATTN_SINGLE=0, which merges always: checked by hashes,
+// bench/gq_device_run.sh attn_single).
+TEST(CudaAttention, DecodeOfAShortContextSkipsTheMerge) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const char* knob = std::getenv("LITHE_ATTN_SINGLE");
+  const bool single_on = knob == nullptr || std::string(knob) != "0";
+  struct S {
+    int64_t nh, nkv, dim, n_q, tile;
+  };
+  for (const S s : {S{32, 32, 128, 1, 64}, S{9, 3, 64, 2, 128}, S{32, 8, 128, 8, 64}})
+    for (const int64_t n_kv : {int64_t{1}, s.tile, s.tile + 1}) {
+      Case c;
+      c.n_heads = s.nh;
+      c.n_kv_heads = s.nkv;
+      c.head_dim = s.dim;
+      c.n_q = s.n_q;
+      c.n_kv = n_kv;
+      c.extra_capacity = 4000;  // the split count follows the capacity: many splits
+      c.seed = static_cast<uint32_t>(5000 + n_kv);
+      SCOPED_TRACE(c.name());
+      bool merged = false;
+      run_decode(c, &merged);
+      if (HasFatalFailure()) return;
+      EXPECT_EQ(merged, n_kv > s.tile || !single_on) << "partials written to the scratch";
     }
 }
 

@@ -168,7 +168,9 @@ struct AttentionParams {
 Status attention_prefill(const AttentionParams& p, int64_t n_kv_host, Stream s);
 // Split-K flash decoding for n_q <= kDecodeMaxQueries, one launch: the filled slots are cut into
 // chunks processed by separate blocks; the last block of each (kv head, row group) to finish
-// (counted in `work`) merges the partials (max, sum, acc) and writes out.
+// (counted in `work`) merges the partials (max, sum, acc) and writes out. A context that one chunk
+// holds (*n_kv <= one tile: 64 slots of f16 at head_dim 128) is written out by its one block with
+// the bits that merge would give (no partials, no counting).
 // `work` is scratch of attention_decode_work_bytes(p) bytes whose first kDecodeCounterBytes must
 // be zero before its first use (cudaMemset once after allocating); every call leaves them zero
 // again, so graph replays and later calls of any shape on the same scratch need no reset. The

@@ -24,6 +24,9 @@
 //   to finish) resets it to 0 and merges the partials of its rows, a warp per (query, head) row,
 //   writing out (zeros where no split saw a slot). Counters are zero between launches, so graph
 //   replays need no reset (the scratch's counter area is zeroed once when allocated).
+//   Where one chunk holds the whole context (*n_kv <= T), split 0's block writes out directly (the
+//   bits the merge of its one partial gives) and the other splits return at once: no merge.
+//   LITHE_ATTN_SINGLE=0 (a benchmark knob) merges always.
 //
 // attention_decode_batch (decode_batch_kernel): the same blocks for many sequences, grid z =
 //   sequence x row group; each sequence's pointers come from a device array, its partials from its
@@ -80,6 +83,7 @@ struct DecodeArgs {
   int rows;      // n_q * group
   int rows_blk;  // rows per block (blockIdx.z picks the group), <= kRB
   int n_splits;
+  int single;           // 1: a context that one chunk holds is finished by its block (decode_block)
   float qscale;         // scale * log2(e)
   unsigned* counters;   // work: [row_groups][n_kv_heads] blocks done (zero between launches)
   float* acc;           // work: [n_q * n_heads][n_splits][D]
@@ -201,9 +205,20 @@ __device__ __forceinline__ void decode_block(const DecodeArgs& a, int rg) {
   const int n_kv = max(0, min(*a.n_kv, a.capacity));
   int chunk = (n_kv + a.n_splits - 1) / a.n_splits;
   chunk = max(T, (chunk + T - 1) / T * T);
+  // One chunk holds every slot (n_kv <= T): split 0 writes out itself, as the merge of its one
+  // partial would (the same bits), and the other splits have nothing to do: no partials, no
+  // counting, no merge (three dependent L2 round trips fewer). Longer contexts are not run in fewer
+  // blocks to get there: one block per head over two tiles was no faster than two and the merge
+  // (n_kv 65-128), and 128-slot chunks at n_kv 512-640 cost 1.5% of a Llama-2-7B decode (H100).
+  const bool single = a.single && chunk >= n_kv;
   const int s_begin = split * chunk;  // < n_kv + n_splits * T: no overflow for capacity <= 2^30
   const int s_end = min(s_begin + chunk, n_kv);
   if (s_begin >= s_end) {  // nothing of this chunk is filled: empty partial
+    if (single) {
+      if (split == 0)  // no slot at all: zeros, as the merge writes them
+        for (int idx = tid; idx < R * D; idx += kThreads) a.out[row_index(a, g, r0, idx / D) * D + idx % D] = 0.f;
+      return;
+    }
     if (tid < R) a.ml[part_index(tid)] = make_float2(-INFINITY, 0.f);
     merge_if_last<D>(a, g, r0, R);
     return;
@@ -374,11 +389,15 @@ __device__ __forceinline__ void decode_block(const DecodeArgs& a, int rg) {
       o = fmaf(sc, wacc[(w * kRB + r) * D + d], o);
       L = fmaf(sc, wl[w * kRB + r], L);
     }
+    if (single) {  // merge_row of one partial: weight 2^0 = 1, then times 1 / L (L >= 1), or zeros
+      a.out[row_index(a, g, r0, r) * D + d] = M == -INFINITY ? 0.f : o * (1.f / L);
+      continue;
+    }
     const int64_t pi = part_index(r);
     a.acc[pi * D + d] = o;
     if (d == 0) a.ml[pi] = make_float2(M, L);
   }
-  merge_if_last<D>(a, g, r0, R);
+  if (!single) merge_if_last<D>(a, g, r0, R);
 }
 
 template <int D, typename KV>
@@ -494,6 +513,8 @@ Status decode(const AttentionParams& p, const DecodeSeq* seqs, int64_t n_seqs, v
   a.rows = d.rows;
   a.rows_blk = d.rows_blk;
   a.n_splits = d.n_splits;
+  static const bool merge_always = env_zero("LITHE_ATTN_SINGLE");  // a benchmark knob: 0 always merges
+  a.single = merge_always ? 0 : 1;
   a.qscale = p.scale * kLog2e;
   a.counters = static_cast<unsigned*>(work);
   a.acc = reinterpret_cast<float*>(static_cast<char*>(work) + kDecodeCounterBytes);

@@ -84,6 +84,7 @@ struct DecodeArgs {
   int rows_blk;  // rows per block (blockIdx.z picks the group), <= kRB
   int n_splits;
   int single;           // 1: a context that one chunk holds is finished by its block (decode_block)
+  int fences;           // arrive_last's fences (count_fences())
   float qscale;         // scale * log2(e)
   unsigned* counters;   // work: [row_groups][n_kv_heads] blocks done (zero between launches)
   float* acc;           // work: [n_q * n_heads][n_splits][D]
@@ -152,17 +153,8 @@ __device__ __forceinline__ void merge_row(const DecodeArgs& a, int64_t row, int 
 // rows (a warp each).
 template <int D>
 __device__ __forceinline__ void merge_if_last(const DecodeArgs& a, int g, int r0, int R) {
-  __shared__ bool last;
-  __threadfence();  // this block's partial is visible device-wide before it is counted
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned* c = a.counters + static_cast<int64_t>(blockIdx.z) * gridDim.x + g;
-    last = atomicAdd(c, 1u) == static_cast<unsigned>(a.n_splits - 1);
-    if (last) atomicExch(c, 0u);  // every block of the group has arrived: ready for the next launch
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();  // the other blocks' partials, counted before us, are read after this
+  unsigned* c = a.counters + static_cast<int64_t>(blockIdx.z) * gridDim.x + g;
+  if (!arrive_last(c, static_cast<unsigned>(a.n_splits), a.fences)) return;
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
   for (int r = warp; r < R; r += kWarps) merge_row<D>(a, row_index(a, g, r0, r), lane);
 }
@@ -515,6 +507,7 @@ Status decode(const AttentionParams& p, const DecodeSeq* seqs, int64_t n_seqs, v
   a.n_splits = d.n_splits;
   static const bool merge_always = env_zero("LITHE_ATTN_SINGLE");  // a benchmark knob: 0 always merges
   a.single = merge_always ? 0 : 1;
+  a.fences = count_fences() ? 1 : 0;
   a.qscale = p.scale * kLog2e;
   a.counters = static_cast<unsigned*>(work);
   a.acc = reinterpret_cast<float*>(static_cast<char*>(work) + kDecodeCounterBytes);

@@ -148,6 +148,36 @@ void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, c
   launch_with_pdl(pdl_enabled(), kernel, grid, block, smem, s, std::forward<Args>(args)...);
 }
 
+// Partial results of several blocks meeting in global memory (a k-split's sums, split-K attention
+// partials): every thread of a block calls arrive_last after writing its block's part; it returns
+// true in every thread of the block that arrives n-th (the last), which then reads the others'
+// parts, and that block leaves *counter at 0 for the next launch. Thread 0 counts the block in
+// with one acquire-release atomic at gpu scope after a block barrier: the release is cumulative
+// (the barrier orders the block's writes before it), the acquire and the second barrier order the
+// last block's reads after every counted block's writes. `fences` adds a __threadfence in every
+// thread before counting in and after (the older scheme, for side-by-side timing:
+// LITHE_COUNT_FENCES=1 in the launchers that read it, count_fences()).
+__device__ __forceinline__ unsigned atom_add_acq_rel_gpu(unsigned* p, unsigned v) {
+  unsigned old;
+  asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+__device__ __forceinline__ bool arrive_last(unsigned* counter, unsigned n, bool fences) {
+  __shared__ bool last;
+  if (fences) __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atom_add_acq_rel_gpu(counter, 1u) == n - 1;
+    if (last) *counter = 0;  // every block has arrived: ready for the next launch
+  }
+  __syncthreads();
+  const bool l = last;
+  if (l && fences) __threadfence();
+  return l;
+}
+// LITHE_COUNT_FENCES=1 (a benchmark knob, read once): arrive_last with the fences.
+bool count_fences();
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -110,6 +110,11 @@ int env_knob(const char* name, int fallback) {
   return v >= 0 ? v : fallback;
 }
 
+bool count_fences() {
+  static const bool on = env_knob("LITHE_COUNT_FENCES") == 1;
+  return on;
+}
+
 int max_active_clusters(const void* kernel, const cudaLaunchConfig_t& cfg, int size) {
   DeviceFacts d;
   int dev = 0;

@@ -113,6 +113,7 @@ void plan_args(const Plan& p, int64_t m, Epilogue e, Args& a) {
   a.ks = p.split.ks;
   a.cpb = p.split.cpb;
   a.cluster = cluster_off ? 0 : 1;
+  a.fences = detail::count_fences() ? 1 : 0;
   a.m = static_cast<int>(m);
   a.epi = e;
 }

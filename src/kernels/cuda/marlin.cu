@@ -39,7 +39,8 @@
 //   tile in shared memory, in warp order; all 256 threads then move the tile in float4.
 // - Global reduction. A slice whose k range is split over blocks b_first..b_last is finished by the
 //   last block to arrive: each block writes its f32 partial tile (valid rows only) into scratch,
-//   fences and increments the slice's counter (scratch, indexed by b_last); the block that sees
+//   and counts itself in at the slice's counter (scratch, indexed by b_last; detail::arrive_last:
+//   one acquire-release atomic after a block barrier, no fence per thread); the block that sees
 //   the count complete resets the counter to 0 and sums y (when accumulating) and the partials in
 //   block order, so the result does not depend on arrival order; it loads several partials at
 //   once, so that their latencies overlap. No block ever waits for another.
@@ -187,6 +188,7 @@ struct Params {
   float* y;           // [m][n]
   float* partial;     // [grid][2][M_T * N_T] partial tiles
   int* counters;      // [kMaxBlocks], zero between calls
+  int fences;         // arrive_last's fences (count_fences())
   int m, n, k_pad, group;
   int n_tiles, k_tiles, units, per_block;
   int accumulate;
@@ -295,7 +297,6 @@ __device__ __noinline__ void cluster_sum(float* y, int m, int n, int slice, int 
 template <class C>
 __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
   extern __shared__ uint4 smem_raw[];
-  __shared__ int s_last;
   // wgmma: the ring starts at the next 1 KiB boundary (C::SMEM has the slack).
   uint4* const smem = C::WG ? smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u) / 16 : smem_raw;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -567,18 +568,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
   // Counts this block's partial tile of slice s (covering blocks b_first..b_last) in; true in the
   // block that completes the count (it then leaves the counter at 0).
   auto arrive_last = [&](int b_first, int b_last) {
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-      const int old = atomicAdd(p.counters + b_last, 1);
-      const int last = old == b_last - b_first;
-      if (last) atomicExch(p.counters + b_last, 0);  // leave the counter zeroed for the next call
-      s_last = last;
-    }
-    __syncthreads();
-    if (!s_last) return false;
-    __threadfence();
-    return true;
+    return detail::arrive_last(reinterpret_cast<unsigned*>(p.counters + b_last),
+                               static_cast<unsigned>(b_last - b_first + 1), p.fences != 0);
   };
   auto finish_slice_wg = [&](int ns, int ms) {
     // Straight from the accumulators: acc[i / 2][i % 2][c] is y row 8i + 2t + (c & 1) of the
@@ -1041,6 +1032,7 @@ Status marlin_linear(const PackedWeight& w, const void* w_dev, const float* x, i
   p.y = y;
   p.partial = reinterpret_cast<float*>(base + sl.partial_off);
   p.counters = reinterpret_cast<int*>(base);
+  p.fences = detail::count_fences() ? 1 : 0;
   p.m = static_cast<int>(m);
   p.n = static_cast<int>(w.n_out);
   p.k_pad = static_cast<int>(k_pad);

@@ -167,6 +167,13 @@ inline cuda::RopeKvArgs rope_kv_args(const HeadShape& sh, int64_t m, cuda::RopeM
   return a;
 }
 
+// Whether the environment sets the benchmark knob `name` to "0" (the kernels then take the other
+// path: the tests that check which path runs expect it).
+inline bool knob_off(const char* name) {
+  const char* e = std::getenv(name);
+  return e != nullptr && std::string_view(e) == "0";
+}
+
 // With the environment variable `env` set, prints an FNV-1a hash of the bytes of y as
 // "[ TAG ] what m=M HASH", so that two builds or settings can be compared bit for bit
 // (bench/gq_device_run.sh compares them).

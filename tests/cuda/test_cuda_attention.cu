@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -395,8 +394,7 @@ TEST(CudaAttention, ScrambledPositionsAndBlindQueries) {
 // bench/gq_device_run.sh attn_single).
 TEST(CudaAttention, DecodeOfAShortContextSkipsTheMerge) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const char* knob = std::getenv("LITHE_ATTN_SINGLE");
-  const bool single_on = knob == nullptr || std::string(knob) != "0";
+  const bool single_on = !cuda_test::knob_off("LITHE_ATTN_SINGLE");
   struct S {
     int64_t nh, nkv, dim, n_q, tile;
   };

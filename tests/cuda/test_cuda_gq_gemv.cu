@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -410,8 +409,7 @@ TEST_F(CudaGqGemv, SplitSumsRunInClustersWhereTheyFit) {
   int dev = 0, major = 0;
   ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), cudaSuccess);
-  const char* knob = std::getenv("LITHE_GEMV_CLUSTER");
-  const bool on = major >= 9 && !(knob != nullptr && std::string(knob) == "0");
+  const bool on = major >= 9 && !cuda_test::knob_off("LITHE_GEMV_CLUSTER");
   for (int64_t n_in : {256, 1024}) {
     const DevMatrix gate = upload(gq::random_matrix(fmt(4, 128, false), 256, n_in, 7, false));
     const DevMatrix up = upload(gq::random_matrix(fmt(4, 128, false), 256, n_in, 8, false));

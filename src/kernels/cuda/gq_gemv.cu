@@ -130,12 +130,16 @@ auto with_bits(int bits, F&& f) {
   }
 }
 
+// The queries' check of their arguments (gemv itself reports what is wrong): 1..3 matrices, none null.
+bool outs_given(const GemvOut* outs, int n_outs) {
+  if (outs == nullptr || n_outs < 1 || n_outs > 3) return false;
+  return std::all_of(outs, outs + n_outs, [](const GemvOut& o) { return o.w != nullptr; });
+}
+
 }  // namespace
 
 int gemv_cluster_size(const GemvOut* outs, int n_outs, int64_t m, Epilogue e) {
-  if (outs == nullptr || n_outs < 1 || n_outs > 3 || m < 1 || m > kGemvMaxRows) return 0;
-  for (int j = 0; j < n_outs; ++j)
-    if (outs[j].w == nullptr) return 0;
+  if (!outs_given(outs, n_outs) || m < 1 || m > kGemvMaxRows) return 0;
   Args a{};
   Geo geo{};
   detail::DeviceFacts d;
@@ -145,9 +149,7 @@ int gemv_cluster_size(const GemvOut* outs, int n_outs, int64_t m, Epilogue e) {
 }
 
 int64_t gemv_scratch_bytes(const GemvOut* outs, int n_outs, Epilogue e) {
-  if (outs == nullptr || n_outs < 1 || n_outs > 3) return 0;
-  for (int j = 0; j < n_outs; ++j)
-    if (outs[j].w == nullptr) return 0;
+  if (!outs_given(outs, n_outs)) return 0;
   detail::DeviceFacts d;
   // The scratch grows with the split, which grows with the SM count: an unreadable device gets the
   // bound of a large one.

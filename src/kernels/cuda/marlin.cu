@@ -187,7 +187,7 @@ struct Params {
   const uint4* a;     // x16 [m][k_pad]
   float* y;           // [m][n]
   float* partial;     // [grid][2][M_T * N_T] partial tiles
-  int* counters;      // [kMaxBlocks], zero between calls
+  unsigned* counters;  // [kMaxBlocks], zero between calls
   int fences;         // arrive_last's fences (count_fences())
   int m, n, k_pad, group;
   int n_tiles, k_tiles, units, per_block;
@@ -568,8 +568,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const Params p) {
   // Counts this block's partial tile of slice s (covering blocks b_first..b_last) in; true in the
   // block that completes the count (it then leaves the counter at 0).
   auto arrive_last = [&](int b_first, int b_last) {
-    return detail::arrive_last(reinterpret_cast<unsigned*>(p.counters + b_last),
-                               static_cast<unsigned>(b_last - b_first + 1), p.fences != 0);
+    return detail::arrive_last(p.counters + b_last, static_cast<unsigned>(b_last - b_first + 1), p.fences != 0);
   };
   auto finish_slice_wg = [&](int ns, int ms) {
     // Straight from the accumulators: acc[i / 2][i % 2][c] is y row 8i + 2t + (c & 1) of the
@@ -1031,7 +1030,7 @@ Status marlin_linear(const PackedWeight& w, const void* w_dev, const float* x, i
   p.a = x16;
   p.y = y;
   p.partial = reinterpret_cast<float*>(base + sl.partial_off);
-  p.counters = reinterpret_cast<int*>(base);
+  p.counters = reinterpret_cast<unsigned*>(base);
   p.fences = detail::count_fences() ? 1 : 0;
   p.m = static_cast<int>(m);
   p.n = static_cast<int>(w.n_out);

@@ -16,7 +16,9 @@
 //   over kMaxRelDiff is marked WRONG and the program exits 1.
 // - A second table times one Llama-2-7B decode layer's projections as the engine launches them:
 //   q/k/v in one launch with the RMSNorm folded in, o accumulating into the residual, gate/up with
-//   the norm and the SwiGLU epilogue, down accumulating; against lithe's f16 matvec doing the same
+//   the norm and the SwiGLU epilogue, down accumulating (o and down through deferred residual sums
+//   at m <= kGemvResidualMaxRows, cuda_gq.h: GemvResidual, unless LITHE_GEMV_DEFER=0); against
+//   lithe's f16 matvec doing the same
 //   (layer copies rotated as above). "tok/s bound": 32 such layers per token, nothing else.
 // - A third table times gemv_dequantize_f16 (reads the packed bytes, writes 2 bytes per weight).
 // Usage: bench_cuda_gq_gemv [--quick]   (--quick: 20 runs per row, m = 1, 8 and 16 only)
@@ -244,13 +246,30 @@ void bench_layer(Bench& c, const Format& fm, const std::vector<int>& ms) {
     upload_uniform(x, mmax * ff, 7);
   }
   const cuda::MatvecNorm norm{g, 1e-5f};
-  // The layer's 4 launches for each weight copy, built once: (matrices, input, epilogue, norm).
+  // The layer's 4 launches for each weight copy, built once: (matrices, input, epilogue, norm, deferred
+  // residual sums). As the engine runs them (unless LITHE_GEMV_DEFER=0): o and down add their sums
+  // into accumulators acc0 / acc1, each folding the other into the residual; gate/up reads res +
+  // acc0, and q/k/v x + acc1 (the engine's qkv reads the residual; x stands in for it here).
   struct Launch {
     std::vector<cuda::GemvOut> outs;
     const float* x;
     cuda::Epilogue e;
     bool norm;
+    cuda::GemvResidual r;
   };
+  const char* defer_env = std::getenv("LITHE_GEMV_DEFER");
+  const bool defer = defer_env == nullptr || std::string(defer_env) != "0";
+  int64_t* acc;  // [2][mmax * d]
+  CK(cudaMalloc(&acc, static_cast<size_t>(2 * mmax * d) * 8));
+  CK(cudaMemset(acc, 0, static_cast<size_t>(2 * mmax * d) * 8));
+  int64_t *acc0 = acc, *acc1 = acc + mmax * d;
+  cuda::GemvResidual r_qkv, r_o, r_gu, r_down;
+  if (defer) {  // (at m <= kGemvResidualMaxRows, below)
+    r_qkv.in = acc1;
+    r_o.add = acc0, r_o.fold = acc1;
+    r_gu.in = acc0;
+    r_down.add = acc1, r_down.fold = acc0;
+  }
   std::vector<std::vector<Launch>> layer(static_cast<size_t>(copies));
   for (int i = 0; i < copies; ++i) {
     auto outs = [&](std::initializer_list<std::pair<int, float*>> list) {
@@ -258,10 +277,10 @@ void bench_layer(Bench& c, const Format& fm, const std::vector<int>& ms) {
       for (const auto& [idx, y] : list) o.push_back({&ph[idx].desc, pw[idx].p[i], y});
       return o;
     };
-    layer[i] = {{outs({{0, q}, {1, k}, {2, v}}), x, cuda::Epilogue::store, true},
-                {outs({{3, res}}), q, cuda::Epilogue::accumulate, false},
-                {outs({{4, h}, {5, u}}), res, cuda::Epilogue::swiglu, true},
-                {outs({{6, res}}), h, cuda::Epilogue::accumulate, false}};
+    layer[i] = {{outs({{0, q}, {1, k}, {2, v}}), x, cuda::Epilogue::store, true, r_qkv},
+                {outs({{3, res}}), q, cuda::Epilogue::accumulate, false, r_o},
+                {outs({{4, h}, {5, u}}), res, cuda::Epilogue::swiglu, true, r_gu},
+                {outs({{6, res}}), h, cuda::Epilogue::accumulate, false, r_down}};
   }
   int64_t sbytes = 0;
   for (const Launch& l : layer[0])
@@ -272,7 +291,8 @@ void bench_layer(Bench& c, const Format& fm, const std::vector<int>& ms) {
         [&](int i) {
           for (const Launch& l : layer[static_cast<size_t>(i % copies)])
             CK(cuda::gemv(l.outs.data(), static_cast<int>(l.outs.size()), l.x, m, l.e, scr, sbytes, c.s,
-                          l.norm ? norm : cuda::MatvecNorm{}));
+                          l.norm ? norm : cuda::MatvecNorm{}, nullptr,
+                          m <= cuda::kGemvResidualMaxRows ? &l.r : nullptr));
         },
         c.reps, c.s);
     const double f16_us = m > cuda::kMatvecMaxRows ? 0.0 : time_us(  // lithe's f16 matvec: m <= 8
@@ -295,6 +315,7 @@ void bench_layer(Bench& c, const Format& fm, const std::vector<int>& ms) {
   }
   CK(cudaFree(buf));
   CK(cudaFree(scr));
+  CK(cudaFree(acc));
 }
 
 }  // namespace

@@ -17,6 +17,10 @@
 #                                         decode attention's single-block path for short contexts:
 #                                         attention tests with it on and LITHE_ATTN_SINGLE=0 (outputs
 #                                         hashed and compared), then `knob` on / off
+#   bash bench/gq_device_run.sh defer [ROUNDS]
+#                                         deferred residual sums (o and down): GEMV, backend and
+#                                         model tests with them on and LITHE_GEMV_DEFER=0, then
+#                                         `knob` on / off and other formats / depths each way
 #   bash bench/gq_device_run.sh knob ROUNDS "VAR=V ..." ["VAR=V ..." ...]
 #                                         the same binary under each environment setting in
 #                                         turn: e2e int4 g128 tg128 at depth 0 (alternated, ROUNDS
@@ -155,6 +159,25 @@ PY
     # decode attention tests both ways, outputs hashed (the bits must agree), then `knob`.
     same_bits LITHE_ATTN_SINGLE LITHE_TEST_ATTN_HASH "attn hash" 'CudaAttention.Decode*:CudaAttention.Scrambled*' "$OUT/attn_tests.txt" || exit 1
     bash "$0" knob "${2:-3}" LITHE_ATTN_SINGLE=1 LITHE_ATTN_SINGLE=0
+    ;;
+  defer)
+    # Deferred residual sums (cuda_gq.h: GemvResidual) against direct ones (LITHE_GEMV_DEFER=0): the
+    # GEMV, backend and model tests both ways, `knob` on / off (ROUNDS, default 3), then tg128 after
+    # 512 tokens (int4 g128) and from an empty context (int3 g128, int8, f16), each way, alternated.
+    for c in 1 0; do
+      LITHE_GEMV_DEFER=$c $B/bin/lithe_cuda_tests --gtest_filter='CudaGqGemv*:CudaMatvecRope*:CudaBackend*:CudaModel*' \
+        > "$OUT/defer_tests$c.txt" 2>&1
+      echo "== tests, LITHE_GEMV_DEFER=$c"; grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure" "$OUT/defer_tests$c.txt" | head
+    done
+    bash "$0" knob "${2:-3}" LITHE_GEMV_DEFER=1 LITHE_GEMV_DEFER=0
+    for setting in "int4-g128 512" "int3-g128 0" "int8 0" "f16 0"; do
+      read -r dtype depth <<< "$setting"
+      for c in 1 0; do
+        j=$(LITHE_GEMV_DEFER=$c $L bench --synthetic llama2-7b --dtype "$dtype" -p 0 -n 128 -r 5 --device cuda \
+            --kv-type f16 -d "$depth" --json 2> "$OUT/e2e.err") || { tail -5 "$OUT/e2e.err"; continue; }
+        echo "$j" | python3 -c "import json,sys; j=json.load(sys.stdin); print('[LITHE_GEMV_DEFER=$c] $dtype tg128@$depth', round(j['gen_tokens_per_second']['median'],1), 'tok/s')"
+      done
+    done
     ;;
   knob)
     rounds=$2; shift 2

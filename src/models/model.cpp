@@ -534,7 +534,8 @@ Status Model::block_forward(int64_t layer, Tensor& x, int64_t m, LinearObserver*
   Tensor saved = std::exchange(x_, x);
   Status st = run_block(layer, 0, m, batch, pos, slots, obs);
   x_ = std::move(saved);
-  return st;
+  LITHE_TRY(st);
+  return backend_->settle();  // the caller reads x as it likes
 }
 
 Result<Tensor*> Model::linear_weight(int64_t layer, LinearKind kind) {

@@ -4,9 +4,10 @@
 // 32/64/128, a group of 96, per channel), act-order, 2:4-sparse matrices, short last groups,
 // odd shapes and the real ones, m = 1..16, store and accumulate; fused launches (3 matrices, swiglu,
 // a folded RMSNorm); rows that do not depend on m; the k-split's counters left at zero and its sums
-// in thread-block clusters where they fit. With LITHE_TEST_GEMV_HASH set the outputs are printed as
-// hashes (two settings compared bit for bit). The reference is computed once per matrix for the
-// largest m (the smaller m use its first rows).
+// in thread-block clusters where they fit; deferred residual sums (GemvResidual) against direct
+// ones. With LITHE_TEST_GEMV_HASH set the outputs are printed as hashes (two settings compared bit
+// for bit). The reference is computed once per matrix for the largest m (the smaller m use its
+// first rows).
 // Tolerance: 1e-5 |want| + 1e-6 max|W| sum|x_i| (f32 sums in another order; a lost or doubled
 // 32-column unit is ~1e-2 of that scale). Rows >= m and y past [m][n_out] must stay untouched.
 #include <gtest/gtest.h>
@@ -398,6 +399,130 @@ TEST_F(CudaGqGemv, FusedMatricesEpiloguesAndNorm) {
         if (HasFatalFailure()) return;
       }
     }
+}
+
+// Deferred residual sums (cuda_gq.h: GemvResidual) against the direct ones over a layer's chain:
+// o accumulating into the residual y, gate/up reading y under a folded norm, down accumulating, q
+// reading y; deferred, o and down add into accumulators (down folding o's into y) and gate/up and q
+// read y + acc, then gemv_fold. y must stay untouched by o; the outputs agree with the direct chain
+// to f32 rounding (a lost or doubled block's sums would be ~1/ks of them); the accumulators end at
+// zero; two deferred runs give the same bits (integer sums). A partial sum past 2^20 poisons its
+// row of y (NaN) and no other. Int4 and act-order int3 (x gathered by perm), 1, 5 and 16 rows.
+TEST_F(CudaGqGemv, DeferredResidualSumsMatchTheDirectOnes) {
+  constexpr int64_t d = 2048, ff = 5504, kRowsMax = 16;
+  uint32_t seed = 1200;
+  for (const auto& [f, act] : std::vector<std::pair<QuantFormat, bool>>{{fmt(4, 128, false), false}, {fmt(3, 64, true), true}}) {
+    const gq::Matrix mo = gq::random_matrix(f, d, d, seed++, act), mg = gq::random_matrix(f, ff, d, seed++, false),
+                     mu = gq::random_matrix(f, ff, d, seed++, false), md = gq::random_matrix(f, d, ff, seed++, act),
+                     mq = gq::random_matrix(f, d, d, seed++, act);
+    SCOPED_TRACE(describe(mo));
+    const DevMatrix wo = upload(mo), wg = upload(mg), wu = upload(mu), wd = upload(md), wq = upload(mq);
+    ASSERT_TRUE(wo.dev && wg.dev && wu.dev && wd.dev && wq.dev);
+    std::mt19937 rng(seed++);
+    const std::vector<float> y0 = cuda_test::randn(static_cast<size_t>(kRowsMax * d), rng, 0.f, 3.f),
+                             xa = cuda_test::randn(static_cast<size_t>(kRowsMax * d), rng);
+    std::vector<float> g = cuda_test::randn(static_cast<size_t>(d), rng, 1.f, 0.2f);
+    DevMem dy(y0.size() * 4), dxa(xa.size() * 4), dg(g.size() * 4), dh(static_cast<size_t>(kRowsMax * ff) * 4),
+        du(static_cast<size_t>(kRowsMax * ff) * 4), dq(static_cast<size_t>(kRowsMax * d) * 4),
+        dacc(static_cast<size_t>(2 * kRowsMax * d) * 8);
+    h2d(dxa, xa.data(), xa.size() * 4);
+    h2d(dg, g.data(), g.size() * 4);
+    int64_t* const acc0 = dacc.as<int64_t>();
+    int64_t* const acc1 = acc0 + kRowsMax * d;
+    const cuda::MatvecNorm norm{dg.as<float>(), 1e-5f};
+    void* const scratch = SharedScratch::get().p;
+    const cuda::GemvOut o{&wo.host.desc, wo.dev->p, dy.as<float>()}, dn{&wd.host.desc, wd.dev->p, dy.as<float>()},
+        gu[2] = {{&wg.host.desc, wg.dev->p, dh.as<float>()}, {&wu.host.desc, wu.dev->p, du.as<float>()}},
+        q{&wq.host.desc, wq.dev->p, dq.as<float>()};
+    struct Out {
+      std::vector<float> y, h, q;
+    };
+    // The chain at m rows; deferred: through the accumulators, y folded at the end. y_after_o: y
+    // right after o (read past the kernels).
+    auto chain = [&](int64_t m, bool deferred, std::vector<float>* y_after_o) {
+      Out r;
+      h2d(dy, y0.data(), y0.size() * 4);
+      EXPECT_EQ(cudaMemset(dacc.p, 0, static_cast<size_t>(2 * kRowsMax * d) * 8), cudaSuccess);
+      auto run = [&](const cuda::GemvOut* outs, int n, const float* x, cuda::Epilogue e, const cuda::MatvecNorm& mn,
+                     const cuda::GemvResidual& res) {
+        const Status st = cuda::gemv(outs, n, x, m, e, scratch, SharedScratch::kBytes, stream_, mn, nullptr, &res);
+        EXPECT_TRUE(st.is_ok()) << st.to_string();
+      };
+      cuda::GemvResidual r_o, r_gu, r_dn, r_q;
+      if (deferred) r_o.add = acc0, r_gu.in = acc0, r_dn.add = acc1, r_dn.fold = acc0, r_q.in = acc1;
+      run(&o, 1, dxa.as<float>(), cuda::Epilogue::accumulate, {}, r_o);
+      if (y_after_o != nullptr) {
+        EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+        y_after_o->resize(static_cast<size_t>(m * d));
+        d2h(y_after_o->data(), dy, y_after_o->size() * 4);
+      }
+      run(gu, 2, dy.as<float>(), cuda::Epilogue::swiglu, norm, r_gu);
+      run(&dn, 1, dh.as<float>(), cuda::Epilogue::accumulate, {}, r_dn);
+      run(&q, 1, dy.as<float>(), cuda::Epilogue::store, norm, r_q);
+      if (deferred) EXPECT_TRUE(cuda::gemv_fold(dy.as<float>(), acc1, m * d, stream_).is_ok());
+      EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      r.y.resize(static_cast<size_t>(m * d));
+      r.h.resize(static_cast<size_t>(m * ff));
+      r.q.resize(static_cast<size_t>(m * d));
+      d2h(r.y.data(), dy, r.y.size() * 4);
+      d2h(r.h.data(), dh, r.h.size() * 4);
+      d2h(r.q.data(), dq, r.q.size() * 4);
+      Scratch::expect_zeroed(dacc.p, 2 * kRowsMax * d * 8);
+      return r;
+    };
+    auto close = [](const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+      float mx = 0.f;
+      for (float v : want) mx = std::max(mx, std::fabs(v));
+      int bad = 0;
+      for (size_t k = 0; k < want.size(); ++k)
+        if (!(std::fabs(got[k] - want[k]) <= 1e-5f * mx) && ++bad <= 5)
+          ADD_FAILURE() << what << "[" << k << "] = " << got[k] << ", direct " << want[k] << " (max " << mx << ")";
+      EXPECT_EQ(bad, 0) << what;
+    };
+    for (int64_t m : {1, 5, 16}) {
+      SCOPED_TRACE("m = " + std::to_string(m));
+      std::vector<float> after_o;
+      const Out direct = chain(m, false, nullptr), deferred = chain(m, true, &after_o);
+      if (HasFatalFailure()) return;
+      EXPECT_TRUE(std::equal(after_o.begin(), after_o.end(), y0.begin())) << "o wrote y";
+      close(deferred.y, direct.y, "y");
+      close(deferred.h, direct.h, "h");
+      close(deferred.q, direct.q, "q");
+      const Out again = chain(m, true, nullptr);
+      EXPECT_TRUE(again.y == deferred.y && again.h == deferred.h && again.q == deferred.q) << "not the same bits";
+    }
+    // Poison: x row 0 of o scaled up so that its sums pass 2^20.
+    std::vector<float> big = xa;
+    for (int64_t k = 0; k < d; ++k) big[static_cast<size_t>(k)] *= 1e8f;
+    h2d(dxa, big.data(), big.size() * 4);
+    h2d(dy, y0.data(), y0.size() * 4);
+    cuda::GemvResidual r;
+    r.add = acc0;
+    ASSERT_TRUE(cuda::gemv(&o, 1, dxa.as<float>(), 2, cuda::Epilogue::accumulate, scratch, SharedScratch::kBytes,
+                           stream_, {}, nullptr, &r).is_ok());
+    ASSERT_TRUE(cuda::gemv_fold(dy.as<float>(), acc0, 2 * d, stream_).is_ok());
+    std::vector<float> y(static_cast<size_t>(2 * d));
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    d2h(y.data(), dy, y.size() * 4);
+    int nan0 = 0, nan1 = 0;
+    for (int64_t k = 0; k < d; ++k) nan0 += std::isnan(y[static_cast<size_t>(k)]), nan1 += std::isnan(y[static_cast<size_t>(d + k)]);
+    EXPECT_GT(nan0, d / 2) << "row 0's poisoned sums read back as numbers";
+    EXPECT_EQ(nan1, 0) << "row 1 was poisoned too";
+    h2d(dxa, xa.data(), xa.size() * 4);
+    // Argument errors name the rule.
+    cuda::GemvResidual bad;
+    bad.add = acc0;
+    Status st = cuda::gemv(&q, 1, dy.as<float>(), 1, cuda::Epilogue::store, scratch, SharedScratch::kBytes, stream_, {},
+                           nullptr, &bad);
+    EXPECT_FALSE(st.is_ok());
+    EXPECT_NE(st.message().find("accumulate epilogue"), std::string::npos) << st.to_string();
+    bad = {};
+    bad.fold = acc0;
+    st = cuda::gemv(&o, 1, dxa.as<float>(), 1, cuda::Epilogue::accumulate, scratch, SharedScratch::kBytes, stream_, {},
+                    nullptr, &bad);
+    EXPECT_NE(st.message().find("fold needs add"), std::string::npos) << st.to_string();
+    EXPECT_FALSE(cuda::gemv_fold(dy.as<float>(), acc0, -1, stream_).is_ok());
+  }
 }
 
 // The k-split's sums run in thread-block clusters where they fit (cuda_gq.h: gemv_cluster_size),

@@ -25,6 +25,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "lithe/core/file_util.h"
 #include "lithe/decode/generate.h"
 #include "lithe/kernels/convert.h"
@@ -336,6 +337,28 @@ TEST(CudaBackend, FoldedNormProjectionsMatchCpu) {
       }
 }
 
+// The gq formats the backend tests run: int4 g128, int3 g64 sym, and int4 g128 with act-order.
+std::vector<std::pair<QuantFormat, bool>> gq_cases() {
+  QuantFormat f4;
+  f4.bits = 4;
+  f4.group = 128;
+  QuantFormat f3 = f4;
+  f3.bits = 3;
+  f3.group = 64;
+  f3.sym = true;
+  return {{f4, false}, {f3, false}, {f4, true}};
+}
+// A random gq matrix prepared by both backends, appended to wc (cpu) and wg (gpu).
+void quantized_both(Both& b, const QuantFormat& f, int64_t n_out, int64_t n_in, uint32_t seed, bool act,
+                    std::vector<Tensor>& wc, std::vector<Tensor>& wg) {
+  const gq::Matrix q = gq::random_matrix(f, n_out, n_in, seed, act);
+  auto c = b.cpu->prepare_quantized(q);
+  auto g = b.gpu->prepare_quantized(q);
+  ASSERT_TRUE(c.is_ok() && g.is_ok()) << c.status().to_string() << " " << g.status().to_string();
+  wc.push_back(std::move(c).value());
+  wg.push_back(std::move(g).value());
+}
+
 // gq (group-quantized) weights through the fused decode ops on cuda (the GEMV kernel: q/k/v in
 // one launch with the norm folded in, gate/up with norm and swiglu, residual accumulate; m = 17
 // through dequantize + cuBLAS) against the cpu's gq kernels on the same matrices. n_in 4096 splits
@@ -344,14 +367,7 @@ TEST(CudaBackend, GqProjectionsMatchCpu) {
   Both b;
   if (!b.gpu) GTEST_SKIP() << "no CUDA device";
   uint32_t seed = 500;
-  QuantFormat f4;
-  f4.bits = 4;
-  f4.group = 128;
-  QuantFormat f3 = f4;
-  f3.bits = 3;
-  f3.group = 64;
-  f3.sym = true;
-  for (const auto& [f, act] : std::vector<std::pair<QuantFormat, bool>>{{f4, false}, {f3, false}, {f4, true}})
+  for (const auto& [f, act] : gq_cases())
     for (int64_t n_in : {576, 4096})
       for (int64_t m : {1, 3, 9, 16, 17}) {
         SCOPED_TRACE(format_name(f, n_in) + (act ? " act-order" : "") + " n_in " + std::to_string(n_in) + " m " +
@@ -365,18 +381,10 @@ TEST(CudaBackend, GqProjectionsMatchCpu) {
         auto hc = *b.cpu->alloc(DType::f32, {m, n_in}), hg = *b.gpu->alloc(DType::f32, {m, n_in});
         const InputNorm nc{&nw, 1e-5f, &hc}, ng{&dnw, 1e-5f, &hg};
         const double tol = m > cuda::kGemvMaxRows ? 3e-3 : 2e-4;  // cuBLAS on f16 activations; else ~f32 x vs the cpu's int16 x
-        auto quantized = [&](int64_t n_out, std::vector<Tensor>& wc, std::vector<Tensor>& wg) {
-          const gq::Matrix q = gq::random_matrix(f, n_out, n_in, seed++, act);
-          auto c = b.cpu->prepare_quantized(q);
-          auto g = b.gpu->prepare_quantized(q);
-          ASSERT_TRUE(c.is_ok() && g.is_ok()) << c.status().to_string() << " " << g.status().to_string();
-          wc.push_back(std::move(c).value());
-          wg.push_back(std::move(g).value());
-        };
         std::vector<Tensor> wc, wg, yc, yg;
         const int64_t n_outs[] = {n_q, n_kv, n_kv, ff, ff};
         for (int64_t n : n_outs) {
-          quantized(n, wc, wg);
+          quantized_both(b, f, n, n_in, seed++, act, wc, wg);
           if (HasFatalFailure()) return;
           yc.push_back(*b.cpu->alloc(DType::f32, {m, n}));
           yg.push_back(*b.gpu->alloc(DType::f32, {m, n}));
@@ -395,6 +403,90 @@ TEST(CudaBackend, GqProjectionsMatchCpu) {
         EXPECT_LE(rel_err(host_rows(*b.gpu, rg, m), host_rows(*b.cpu, rc, m)), tol) << "residual";
         const std::vector<float> x_after = host_rows(*b.gpu, dx, m);
         EXPECT_TRUE(std::equal(x_after.begin(), x_after.end(), x.data_as<float>())) << "x changed";
+      }
+}
+
+// Deferred residual sums (cuda_gq.h: GemvResidual) through the backend ops of two decode layers'
+// worth of projections: o (linear_residual), gate/up reading the residual (rmsnorm_swiglu), down
+// (linear_residual, folding o's sums), q/k/v reading it (rmsnorm_linear_many), o again (folding
+// down's), gate/up, down, then to_host (settles the last sums) -- against the cpu backend doing the
+// same. At kGemvResidualMaxRows rows the residual's own memory must still hold its first value
+// after the first o (the sums wait in an accumulator); at more rows (3, 16: the GEMV's own sums;
+// 17: no GEMV), or with LITHE_GEMV_DEFER=0, it is updated at once. Act-order runs
+// gate and up apart (the ops' default composition, which settles the sums first).
+TEST(CudaBackend, DeferredResidualSumsMatchCpu) {
+  Both b;
+  if (!b.gpu) GTEST_SKIP() << "no CUDA device";
+  uint32_t seed = 900;
+  for (const auto& [f, act] : gq_cases())
+    for (int64_t d : {576, 4096})
+      for (int64_t m : {1, 3, 16, 17}) {
+        SCOPED_TRACE(format_name(f, d) + (act ? " act-order" : "") + " d " + std::to_string(d) + " m " +
+                     std::to_string(m));
+        const int64_t ff = 2 * d + 64;
+        std::vector<Tensor> wc, wg;
+        for (const auto& [n_out, n_in] : std::vector<std::pair<int64_t, int64_t>>{
+                 {d, d}, {ff, d}, {ff, d}, {d, ff}, {d, d}, {d / 3, d}, {d / 3, d}}) {  // o gate up down q k v
+          quantized_both(b, f, n_out, n_in, seed++, act, wc, wg);
+          if (HasFatalFailure()) return;
+        }
+        Tensor nw = rand_host(DType::f32, {d}, seed++, 0.3f);
+        for (int64_t i = 0; i < d; ++i) nw.data_as<float>()[i] += 1.0f;
+        Tensor xc = rand_host(DType::f32, {m, d}, seed++, 3.0f), a = rand_host(DType::f32, {m, d}, seed++, 1.0f);
+        Tensor dnw = *b.gpu->prepare_weight(nw), xg = to_gpu(xc), ag = to_gpu(a);
+        const std::vector<float> x0(xc.data_as<float>(), xc.data_as<float>() + m * d);
+        auto hc = *b.cpu->alloc(DType::f32, {m, d}), hg = *b.gpu->alloc(DType::f32, {m, d});
+        const InputNorm nc{&nw, 1e-5f, &hc}, ng{&dnw, 1e-5f, &hg};
+        auto gc = *b.cpu->alloc(DType::f32, {m, ff}), uc = *b.cpu->alloc(DType::f32, {m, ff});
+        auto gg = *b.gpu->alloc(DType::f32, {m, ff}), ug = *b.gpu->alloc(DType::f32, {m, ff});
+        std::vector<Tensor> qc, qg;
+        for (int64_t n : {d, d / 3, d / 3}) {
+          qc.push_back(*b.cpu->alloc(DType::f32, {m, n}));
+          qg.push_back(*b.gpu->alloc(DType::f32, {m, n}));
+        }
+        const double tol = m > cuda::kGemvMaxRows ? 3e-3 : 2e-4;  // as GqProjectionsMatchCpu
+        auto both = [&](auto&& op) {
+          ASSERT_TRUE(op(*b.cpu, wc, xc, nc, gc, uc, qc).is_ok());
+          const Status st = op(*b.gpu, wg, xg, ng, gg, ug, qg);
+          ASSERT_TRUE(st.is_ok()) << st.to_string();
+        };
+        auto o = [&](Backend& be, std::vector<Tensor>& w, Tensor& x, const InputNorm&, Tensor&, Tensor&,
+                     std::vector<Tensor>&) {
+          const bool cpu = &be == b.cpu.get();
+          return be.linear_residual(w[0], cpu ? a : ag, m, x, cpu ? hc : hg);
+        };
+        auto gate_up = [&](Backend& be, std::vector<Tensor>& w, Tensor& x, const InputNorm& n, Tensor& g, Tensor& u,
+                           std::vector<Tensor>&) { return be.rmsnorm_swiglu(n, w[1], w[2], x, m, g, u); };
+        auto down = [&](Backend& be, std::vector<Tensor>& w, Tensor& x, const InputNorm&, Tensor& g, Tensor&,
+                        std::vector<Tensor>&) { return be.linear_residual(w[3], g, m, x, &be == b.cpu.get() ? hc : hg); };
+        auto qkv = [&](Backend& be, std::vector<Tensor>& w, Tensor& x, const InputNorm& n, Tensor&, Tensor&,
+                       std::vector<Tensor>& q) {
+          const Tensor* ws[] = {&w[4], &w[5], &w[6]};
+          Tensor* ys[] = {&q[0], &q[1], &q[2]};
+          return be.rmsnorm_linear_many(n, ws, x, m, ys);
+        };
+        ASSERT_NO_FATAL_FAILURE(both(o));
+        {  // the residual's memory, read past the backend
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          std::vector<float> raw(static_cast<size_t>(m * d));
+          ASSERT_EQ(cudaMemcpy(raw.data(), xg.data(), raw.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+          if (m <= cuda::kGemvResidualMaxRows && !cuda_test::knob_off("LITHE_GEMV_DEFER"))
+            EXPECT_EQ(raw, x0) << "o's sums went into the residual at once";
+          else
+            EXPECT_NE(raw, x0) << "the residual was not updated";
+        }
+        for (int layer = 0; layer < 2; ++layer) {
+          SCOPED_TRACE("layer " + std::to_string(layer));
+          if (layer == 1) ASSERT_NO_FATAL_FAILURE(both(o));
+          ASSERT_NO_FATAL_FAILURE(both(gate_up));
+          EXPECT_LE(rel_err(host_rows(*b.gpu, gg, m), host_rows(*b.cpu, gc, m)), tol) << "swiglu";
+          ASSERT_NO_FATAL_FAILURE(both(down));
+          if (layer == 1) break;
+          ASSERT_NO_FATAL_FAILURE(both(qkv));
+          for (int j = 0; j < 3; ++j)
+            EXPECT_LE(rel_err(host_rows(*b.gpu, qg[j], m), host_rows(*b.cpu, qc[j], m)), tol) << "qkv " << j;
+        }
+        EXPECT_LE(rel_err(host_rows(*b.gpu, xg, m), host_rows(*b.cpu, xc, m)), tol) << "residual";
       }
 }
 

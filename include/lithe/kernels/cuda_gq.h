@@ -78,8 +78,30 @@ int64_t gemv_scratch_bytes(const GemvOut* outs, int n_outs, Epilogue e);
 // current device: 0 for scratch sums (or no split), else the blocks per item (for tests and
 // benchmarks; LITHE_GEMV_CLUSTER=0 turns cluster sums off).
 int gemv_cluster_size(const GemvOut* outs, int n_outs, int64_t m, Epilogue e);
+// Deferred residual sums (a decode step's o and down projections). An accumulate launch with
+// `add` leaves y alone: each block adds its k-split partial sums, in 2^-32 fixed point, into the
+// int64 accumulator add [m][n_out] (red.add: integer sums, so the same bits whatever order the
+// blocks come in, and no block waits for the others). A later launch with a folded norm reading
+// that residual as x passes `in` = the accumulator and reads x + in. The next accumulate launch
+// passes `fold` = that accumulator (and a zeroed other one as `add`): its blocks first add it into
+// its own y ([m][n_out], the residual) and zero it. gemv_fold does the same alone (y += acc, acc =
+// 0) where anything else is to read y. A partial sum outside (-2^20, 2^20) (or NaN) poisons the
+// accumulator: the value read back is NaN.
+struct GemvResidual {
+  int64_t* add = nullptr;
+  int64_t* fold = nullptr;
+  const int64_t* in = nullptr;
+};
+inline constexpr int kGemvResidualMaxSplit = 31;  // the most blocks a poisoned sum can take
+// The batch sizes where deferring pays: every block of a reading launch reads its range of x + acc
+// at once (12 bytes a value instead of 4), which at m = 8 and 16 cost more than the sums it saves
+// (an H100, bench/RESULTS.md, twenty-fifth session).
+inline constexpr int64_t kGemvResidualMaxRows = 1;
 Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue e, void* scratch,
-            int64_t scratch_bytes, Stream s, const MatvecNorm& norm = {}, const MatvecRope* rope = nullptr);
+            int64_t scratch_bytes, Stream s, const MatvecNorm& norm = {}, const MatvecRope* rope = nullptr,
+            const GemvResidual* res = nullptr);
+// y[n] += acc[n] (fixed point, GemvResidual), acc[n] = 0.
+Status gemv_fold(float* y, int64_t* acc, int64_t n, Stream s);
 // One matrix, store or accumulate.
 Status gemv_linear(const PackedWeight& w, const void* w_dev, const float* x, int64_t m, float* y, bool accumulate,
                    void* scratch, int64_t scratch_bytes, Stream s);

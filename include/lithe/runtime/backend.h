@@ -169,6 +169,9 @@ class Backend {
     (void)run;
     return Status::ok();
   }
+  // Completes what the backend deferred into tensors (the CUDA backend's residual sums, which its
+  // own ops settle wherever they need them): call before reading a tensor other than through an op.
+  virtual Status settle() { return Status::ok(); }
 
  protected:
   // Each row's best id in the last top_k (the default top_k sets them): what kArgmaxToken reads on

@@ -9,6 +9,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gq_gemv_args.h"
 #include "kernels/cuda/gq_gemv_layout.h"
+#include "kernels/cuda/gq_gemv_math.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "lithe/kernels/cuda_gq.h"
 
@@ -136,7 +137,50 @@ bool outs_given(const GemvOut* outs, int n_outs) {
   return std::all_of(outs, outs + n_outs, [](const GemvOut& o) { return o.w != nullptr; });
 }
 
+// GemvResidual's rules: `add` on a one-matrix accumulate launch without a norm, `fold` only with
+// `add`, the accumulators 16-byte aligned and apart from each other, x and y.
+Status check_residual(const std::string& f, const GemvResidual& r, const GemvOut* outs, int n_outs, int64_t m,
+                      Epilogue e, const MatvecNorm& norm) {
+  using detail::bad_arg;
+  if ((r.add != nullptr || r.fold != nullptr) && (e != Epilogue::accumulate || n_outs != 1 || norm.w != nullptr))
+    return bad_arg(f + "GemvResidual add / fold need one matrix, the accumulate epilogue and no norm (n_outs = " +
+                   std::to_string(n_outs) + ")");
+  if (r.fold != nullptr && r.add == nullptr) return bad_arg(f + "GemvResidual fold needs add");
+  const int64_t n_acc = m * outs[0].w->n_out * 8, n_in = m * outs[0].w->n_in * 8;
+  for (const void* p : {static_cast<const void*>(r.add), static_cast<const void*>(r.fold), static_cast<const void*>(r.in)})
+    if (p != nullptr && !aligned(p, 16))
+      return bad_arg(f + "GemvResidual accumulator " + ptr_str(p) + " is not 16-byte aligned");
+  if (r.add != nullptr && r.fold != nullptr && overlap(r.add, n_acc, r.fold, n_acc))
+    return bad_arg(f + "GemvResidual add and fold overlap");
+  if (r.add != nullptr && overlap(r.add, n_acc, outs[0].y, n_acc / 2))
+    return bad_arg(f + "GemvResidual add overlaps y");
+  if (r.in != nullptr && r.add != nullptr && overlap(r.in, n_in, r.add, n_acc))
+    return bad_arg(f + "GemvResidual in overlaps add");
+  return Status::ok();
+}
+
+__global__ void fold_kernel(float* y, long long* acc, int64_t n) {
+  detail::pdl_wait();  // launched with launch_pdl: y and acc come from earlier kernels
+  detail::pdl_release();
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    y[k] += from_fixed(acc[k]);
+    acc[k] = 0;
+  }
+}
+
 }  // namespace
+
+Status gemv_fold(float* y, int64_t* acc, int64_t n, Stream s) {
+  using detail::bad_arg;
+  if (n < 0) return bad_arg("gemv_fold: n = " + std::to_string(n) + " is negative");
+  if (n == 0) return Status::ok();
+  if (y == nullptr || acc == nullptr || !aligned(y, 4) || !aligned(acc, 8))
+    return bad_arg("gemv_fold: y = " + ptr_str(y) + " or acc = " + ptr_str(acc) + " is null or misaligned");
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>(detail::ceil_div(n, 256), 1024));
+  detail::launch_pdl(fold_kernel, dim3(blocks), dim3(256), 0, s, y, reinterpret_cast<long long*>(acc), n);
+  return detail::launched("gemv_fold");
+}
 
 int gemv_cluster_size(const GemvOut* outs, int n_outs, int64_t m, Epilogue e) {
   if (!outs_given(outs, n_outs) || m < 1 || m > kGemvMaxRows) return 0;
@@ -158,7 +202,8 @@ int64_t gemv_scratch_bytes(const GemvOut* outs, int n_outs, Epilogue e) {
 }
 
 Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue e, void* scratch,
-            int64_t scratch_bytes, Stream s, const MatvecNorm& norm, const MatvecRope* rope) {
+            int64_t scratch_bytes, Stream s, const MatvecNorm& norm, const MatvecRope* rope,
+            const GemvResidual* res) {
   using detail::bad_arg;
   std::string f = "gemv: ";
   if (outs == nullptr || n_outs < 1 || n_outs > 3)
@@ -218,9 +263,19 @@ Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue
         return bad_arg(f + name + " overlaps outs[" + std::to_string(k) + "].y");
     a.mat[j].y = y;
   }
+  const GemvResidual r = res != nullptr ? *res : GemvResidual{};
+  LITHE_TRY(check_residual(f, r, outs, n_outs, m, e, norm));
   detail::DeviceFacts d;
   LITHE_TRY(detail::device_facts(d));
-  const Plan p = plan_of(outs, n_outs, e, d.sms);
+  Plan p = plan_of(outs, n_outs, e, d.sms);
+  if (r.add != nullptr) {  // no scratch; at most kGemvResidualMaxSplit blocks add into one sum
+    const int chunks = a.g.chunks;
+    if (p.split.ks > kGemvResidualMaxSplit) {
+      p.split.cpb = static_cast<int>(detail::ceil_div(chunks, kGemvResidualMaxSplit));
+      p.split.ks = static_cast<int>(detail::ceil_div(chunks, p.split.cpb));
+    }
+    p.counter_bytes = p.scratch_bytes = 0;
+  }
   int64_t item0 = 0;
   for (int j = 0; j < n_outs; ++j) {
     a.mat[j].item0 = e == Epilogue::swiglu ? 0 : item0;
@@ -235,6 +290,10 @@ Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue
   a.pf = prefetch_batches(outs[0].w->fmt.bits, m);
   static const int wait_knob = env_knob("LITHE_GEMV_PREFETCH_WAIT", -1);
   a.pf0 = wait_knob >= 0 ? std::min(wait_knob, 16) : a.pf;
+  if (r.add != nullptr) a.cluster = 0;
+  a.acc_add = r.add;
+  a.acc_fold = r.fold;
+  a.acc_in = r.in;
   a.x = x;
   a.norm = norm.w;
   a.eps = norm.eps;

@@ -73,6 +73,10 @@ struct Args {
   MatvecRope rope;     // rope_kv only
   float* partial;      // ks > 1: [items][ks][R][kMaxM][kItemRows] partial sums, then [items][ks][kMaxM] x^2 sums
   unsigned* counters;  // ks > 1: [items] blocks arrived
+  // Deferred residual sums (cuda_gq.h: GemvResidual), [m][n] int64 in 2^-32 fixed point each:
+  int64_t* acc_add;         // accumulate, one matrix: the partial sums go here instead of into y
+  int64_t* acc_fold;        // added into y (mat[0].y, m x n_out) and zeroed first, over all blocks
+  const int64_t* acc_in;    // x reads x + acc_in
 };
 
 // The launchers, one instantiation per bit width (2, 3, 4, 8) each.

@@ -39,6 +39,14 @@
 //   of the item's outputs in ks order through distributed shared memory (the same additions in the
 //   same order: the same bits) and applies the epilogue (rope_kv: block 0 takes the whole item); a
 //   second barrier keeps every block's sums alive until read. LITHE_GEMV_CLUSTER=0 turns it off.
+// - Deferred residual sums (Args::acc_add, acc_fold, acc_in; cuda_gq.h: GemvResidual). An
+//   accumulate launch with acc_add needs no scratch, counter or last block: every block adds its
+//   partial sums, as 2^-32 fixed point (gq_gemv_math.cuh: to_fixed), into the int64 accumulator
+//   with red.add and exits (integer sums: the same bits in any order). A launch reading that
+//   residual gets acc_in and reads x + acc (x_in; staged and squared alike); the next accumulate
+//   launch folds the accumulator into its y (acc_fold, a share per block, loaded before x is staged
+//   and stored after). On an H100 the o and down launches' scratch sums and epilogues took ~4 us of
+//   a Llama-2-7B int4 layer's 65 (bench/RESULTS.md, twenty-fifth session).
 //
 // Arithmetic (per k16 block and tile, per lane: 8 codes, one 32-bit word for int4)
 // - (word & mask) | 0x64006400 (one LOP3; int8: one PRMT) makes an f16 pair 1024 + c * 2^(b*j);
@@ -173,12 +181,21 @@ __device__ __forceinline__ void rope_kv_item(const Args& a, int64_t item, const 
   }
 }
 
+// Value (i, col) of x as the launch reads it: plus the deferred residual sums where there are some.
+__device__ __forceinline__ float x_in(const Args& a, int i, int col) {
+  const int64_t k = static_cast<int64_t>(i) * a.g.n_in + col;
+  return a.acc_in != nullptr ? a.x[k] + from_fixed(a.acc_in[k]) : a.x[k];
+}
+
 // Stages x[0..m)[col0 .. col0 + span) as B fragments into xs (see gemv_kernel): thread s of the
 // loop takes k16 blocks 2p, 2p + 1, x row i, quad t, loads its 8 values once (gathered by perm,
 // times the norm weight; zero past n_in) and writes them as hi to fragment row i and as lo to
 // fragment row M + i. Rows i in [m, M) get zeros.
+// xf: x row 0 of the range already read (x_in, gathered by perm: xf[c] is staged column col0 + c),
+// or null to read x itself.
 template <int M, bool PERM>
-__device__ __forceinline__ void stage_x(const Args& a, const int32_t* perm, int col0, int span, uint4* xs) {
+__device__ __forceinline__ void stage_x(const Args& a, const int32_t* perm, int col0, int span, const float* xf,
+                                        uint4* xs) {
   const int n_in = a.g.n_in;
   const int slots = span / 32 * M * 4;
   for (int s = static_cast<int>(threadIdx.x); s < slots; s += kThreads) {
@@ -190,16 +207,28 @@ __device__ __forceinline__ void stage_x(const Args& a, const int32_t* perm, int 
       for (int e = 0; e < 4; ++e) {  // block 2p + e / 2, register e % 2 (columns + 8): 2 columns
         const int col = col0 + (2 * p + e / 2) * 16 + 2 * t + 8 * (e % 2);
         float v[2] = {0.f, 0.f};
-        if (col < n_in) {  // n_in is even: both columns or neither
+        if (col < n_in && xf != nullptr) {  // (x row 0)
+          v[0] = xf[col - col0];
+          v[1] = xf[col - col0 + 1];
+          if (a.norm != nullptr) {
+            const int2 src = PERM ? *reinterpret_cast<const int2*>(perm + col) : make_int2(col, col + 1);
+            v[0] *= __ldg(a.norm + src.x), v[1] *= __ldg(a.norm + src.y);
+          }
+        } else if (col < n_in) {  // n_in is even: both columns or neither
           if (PERM) {
             const int2 src = *reinterpret_cast<const int2*>(perm + col);
-            v[0] = xr[src.x];
-            v[1] = xr[src.y];
+            v[0] = x_in(a, i, src.x);
+            v[1] = x_in(a, i, src.y);
             if (a.norm != nullptr) v[0] *= __ldg(a.norm + src.x), v[1] *= __ldg(a.norm + src.y);
           } else {
             const float2 x2 = *reinterpret_cast<const float2*>(xr + col);
             v[0] = x2.x;
             v[1] = x2.y;
+            if (a.acc_in != nullptr) {  // 16-byte aligned: col and n_in are even
+              const longlong2 q = *reinterpret_cast<const longlong2*>(a.acc_in + static_cast<int64_t>(i) * n_in + col);
+              v[0] += from_fixed(q.x);
+              v[1] += from_fixed(q.y);
+            }
             if (a.norm != nullptr) {
               const float2 g2 = __ldg(reinterpret_cast<const float2*>(a.norm + col));
               v[0] *= g2.x;
@@ -295,16 +324,57 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
   }
   detail::pdl_wait();  // x, y and the scratch belong to the previous kernel until here
 
-  stage_x<M, PERM>(a, t.perm, col0, span, xs);
+  // GemvResidual fold: this block's share of y += acc_fold, acc_fold = 0 (its first element per
+  // thread loaded here, stored after x is staged: the round trips overlap).
+  const int64_t fold_n = a.acc_fold != nullptr ? static_cast<int64_t>(a.m) * a.mat[0].n_out : 0;
+  const int64_t fold_per = (fold_n + gridDim.x - 1) / gridDim.x;
+  const int64_t fold_end = min(fold_n, (blockIdx.x + 1) * fold_per);
+  const int64_t fold0 = blockIdx.x * fold_per + threadIdx.x;
+  float fy = 0.f;
+  long long fq = 0;
+  if (fold0 < fold_end) fy = a.mat[0].y[fold0], fq = a.acc_fold[fold0];
+  // M = 1 under a folded norm: x is read once, in the x^2 loop's order (the same sums in the same
+  // order as the loop below), into registers and xf, and staged from xf. Every block of the launch
+  // reads its range at once, so the bytes matter (the deferred residual sums add 8 per value).
+  constexpr int kPre = kMaxStagedCols / kThreads;
+  const bool hoist = M == 1 && a.norm != nullptr && span <= kPre * kThreads;
+  __shared__ float xf[M == 1 ? kMaxStagedCols : 1];
+  float pre[kPre];
+  if (M == 1 && hoist) {
+    const int hi_col = min(col0 + span, a.g.n_in);
+#pragma unroll
+    for (int j = 0; j < kPre; ++j) {
+      const int c = static_cast<int>(threadIdx.x) + j * kThreads, col = col0 + c;
+      pre[j] = col < hi_col ? x_in(a, 0, PERM ? __ldg(t.perm + col) : col) : 0.f;
+      if (c < span) xf[c] = pre[j];
+    }
+    __syncthreads();
+  }
+  stage_x<M, PERM>(a, t.perm, col0, span, M == 1 && hoist ? xf : nullptr, xs);
+  if (fold0 < fold_end) {
+    a.mat[0].y[fold0] = fy + from_fixed(fq);
+    a.acc_fold[fold0] = 0;
+    for (int64_t e = fold0 + kThreads; e < fold_end; e += kThreads) {
+      a.mat[0].y[e] += from_fixed(a.acc_fold[e]);
+      a.acc_fold[e] = 0;
+    }
+  }
+  if (M == 1 && hoist) {
+    float ss = 0.f;
+#pragma unroll
+    for (int j = 0; j < kPre; ++j) ss = fmaf(pre[j], pre[j], ss);
+    ss = detail::warp_sum(ss);
+    if (lane == 0) ss_part[warp][0] = ss;
+  }
   // The sums of squares of x over the range: the same loop whatever m (1/rms independent of m).
-  if (a.norm != nullptr) {
+  if (a.norm != nullptr && !hoist) {
     const int hi_col = min(col0 + span, a.g.n_in);
 #pragma unroll
     for (int i = 0; i < M; ++i) {
       if (i >= a.m) break;  // block-uniform
       float ss = 0.f;
       for (int col = col0 + static_cast<int>(threadIdx.x); col < hi_col; col += kThreads) {
-        const float val = a.x[static_cast<int64_t>(i) * a.g.n_in + (PERM ? __ldg(t.perm + col) : col)];
+        const float val = x_in(a, i, PERM ? __ldg(t.perm + col) : col);
         ss = fmaf(val, val, ss);
       }
       ss = detail::warp_sum(ss);
@@ -381,6 +451,19 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
       for (int w = 0; w < kWarps; ++w) ss += ss_part[w][i];
     return ss;
   };
+  if constexpr (R == 1)
+    if (a.acc_add != nullptr) {  // GemvResidual: the block's partial sums into the accumulator, done
+      for (int o = static_cast<int>(threadIdx.x); o < a.m * kItemRows; o += kThreads) {
+        const int i = o / kItemRows, w = o % kItemRows / kRows, row = o % kRows;
+        bool valid;
+        const Tiles<R> tw = tiles_of<BITS, R>(a, item, w, 0, valid);
+        const int64_t orow = tw.tile[0] * kRows + row;
+        if (valid && orow < tw.n_out[0])
+          atomicAdd(reinterpret_cast<unsigned long long*>(a.acc_add + i * tw.n_out[0] + orow),
+                    static_cast<unsigned long long>(to_fixed(part[w][0][i][row])));
+      }
+      return;
+    }
   if (a.cluster) {
     __shared__ float ss_blk[M];
     if (threadIdx.x < M) ss_blk[threadIdx.x] = static_cast<int>(threadIdx.x) < a.m ? block_ss(static_cast<int>(threadIdx.x)) : 0.f;

@@ -3,6 +3,7 @@
 // arithmetic is described at the top of gq_gemv_grid.cuh.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
@@ -248,6 +249,20 @@ __device__ __forceinline__ void finish(const Args& a, const Tiles<R>& t, int row
   } else {
     *p = a.epi == Epilogue::accumulate ? *p + v[0] : v[0];
   }
+}
+
+// The fixed point of GemvResidual: v * 2^32 rounded, or kPoison where |v| >= 2^20 or v is NaN. With
+// at most kGemvResidualMaxSplit terms a sum of normal values stays below kPoisoned and one with a
+// poisoned term above it (no overflow: 31 * 2^58 < 2^63).
+constexpr long long kPoison = 1ll << 58, kPoisoned = 1ll << 57;
+constexpr long long kNormalBound = kGemvResidualMaxSplit * (1ll << 52);  // |sum| of normal terms below
+static_assert(kNormalBound < kPoisoned && kPoison - kNormalBound > kPoisoned && kGemvResidualMaxSplit <= LLONG_MAX / kPoison,
+              "GemvResidual's fixed point");
+__device__ __forceinline__ long long to_fixed(float v) {
+  return fabsf(v) < 1048576.f ? __float2ll_rn(v * 4294967296.f) : kPoison;
+}
+__device__ __forceinline__ float from_fixed(long long q) {
+  return q >= kPoisoned ? __int_as_float(0x7fffffff) : __ll2float_rn(q) * 2.3283064365386963e-10f;
 }
 
 }  // namespace lithe::cuda::gemv_impl

@@ -176,7 +176,7 @@ class CudaBackend final : public Backend {
     for (TopKSlot& s : b->topk_slots_)
       LITHE_TRY(check(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "cudaEventCreate"));
     for (Scratch* sc : {&b->blas_ws_, &b->x16_, &b->attn_ws_, &b->topk_, &b->keys_, &b->marlin_ws_,
-                        &b->w16_, &b->gemv_ws_})
+                        &b->w16_, &b->gemv_ws_, &b->resid_ws_})
       sc->steps = b->steps_.get();
     return std::unique_ptr<Backend>(std::move(b));
   }
@@ -214,6 +214,7 @@ class CudaBackend final : public Backend {
   }
 
   Status embedding(const Tensor& table, const int32_t* ids, int64_t n, Tensor& out) override {
+    LITHE_TRY(settle_if({&out}));
     const int64_t vocab = table.dim(0), d = table.dim(1);
     LITHE_TRY(check_act(out, n, d, "embedding output"));
     LITHE_TRY(check_weight(table, "embedding table"));
@@ -234,11 +235,14 @@ class CudaBackend final : public Backend {
   }
 
   Status linear(const Tensor& w, const Tensor& x, int64_t m, Tensor& y) override {
+    LITHE_TRY(settle_if({&x, &y}));
     const Tensor* ws[] = {&w};
     Tensor* ys[] = {&y};
     return project(ws, ys, x, m, cuda::Epilogue::store);
   }
   Status linear_many(std::span<const Tensor* const> ws, const Tensor& x, int64_t m, std::span<Tensor*> ys) override {
+    LITHE_TRY(settle_if({&x}));
+    for (Tensor* y : ys) LITHE_TRY(settle_if({y}));
     if (ws.size() != ys.size() || ws.empty())
       return error(StatusCode::invalid_argument, "linear_many: {} weights but {} outputs", ws.size(), ys.size());
     if ((m <= cuda::kMatvecMaxRows && ws.size() <= 3 && ws[0]->dtype() != DType::gq) ||
@@ -247,14 +251,33 @@ class CudaBackend final : public Backend {
     for (size_t j = 0; j < ws.size(); ++j) LITHE_TRY(linear(*ws[j], x, m, *ys[j]));
     return Status::ok();
   }
+  // GEMV weights at decode sizes defer the sum (see pend_); the others accumulate into y directly
+  // (matvec epilogue or GEMM beta = 1).
   Status linear_residual(const Tensor& w, const Tensor& x, int64_t m, Tensor& y, Tensor& scratch) override {
-    (void)scratch;  // the product accumulates into y directly (matvec epilogue or GEMM beta = 1)
+    (void)scratch;
     const Tensor* ws[] = {&w};
     Tensor* ys[] = {&y};
-    return project(ws, ys, x, m, cuda::Epilogue::accumulate);
+    LITHE_TRY(settle_if({&x}));
+    static const bool on = env_on("LITHE_GEMV_DEFER");
+    if (!on || m > cuda::kGemvResidualMaxRows || !gemv_fuses(ws, m, cuda::Epilogue::accumulate) ||
+        (pend_.acc >= 0 && (pend_.y != y.data() || pend_.n != m * y.dim(1)))) {
+      LITHE_TRY(settle_if({&y}));
+      return project(ws, ys, x, m, cuda::Epilogue::accumulate);
+    }
+    LITHE_TRY(check_act(y, m, w.packed()->n_out, "linear output"));
+    const int64_t n = m * w.packed()->n_out;
+    LITHE_TRY(reserve_residual(n));
+    cuda::GemvResidual r;
+    const int next = pend_.acc == 0 ? 1 : 0;
+    r.add = residual_acc(next);
+    r.fold = pend_.acc >= 0 ? residual_acc(pend_.acc) : nullptr;
+    LITHE_TRY(project(ws, ys, x, m, cuda::Epilogue::accumulate, nullptr, nullptr, &r));
+    pend_ = {next, y.data_as<float>(), n};
+    return Status::ok();
   }
   Status swiglu(const Tensor& w_gate, const Tensor& w_up, const Tensor& x, int64_t m, Tensor& gate,
                 Tensor& up) override {
+    LITHE_TRY(settle_if({&x, &gate, &up}));
     const Tensor* ws[] = {&w_gate, &w_up};
     Tensor* ys[] = {&gate, &up};
     if (matvec_path(w_gate, m) || gemv_fuses(ws, m, cuda::Epilogue::swiglu))
@@ -267,28 +290,36 @@ class CudaBackend final : public Backend {
   // The norm folds into the matvec kernel; otherwise (GEMM path) the default composition.
   Status rmsnorm_linear_many(const InputNorm& norm, std::span<const Tensor* const> ws, const Tensor& x, int64_t m,
                              std::span<Tensor*> ys) override {
+    for (Tensor* y : ys) LITHE_TRY(settle_if({y}));
     if (ws.size() != ys.size() || ws.empty())
       return error(StatusCode::invalid_argument, "rmsnorm_linear_many: {} weights but {} outputs", ws.size(),
                    ys.size());
-    if ((ws.size() <= 3 && norm_folds(*ws[0], m, x)) || gemv_fuses(ws, m, cuda::Epilogue::store))
-      return project(ws, ys, x, m, cuda::Epilogue::store, &norm);
+    if ((ws.size() <= 3 && norm_folds(*ws[0], m, x)) || gemv_fuses(ws, m, cuda::Epilogue::store)) {
+      LITHE_ASSIGN(const cuda::GemvResidual r, read_residual(ws, x, m, cuda::Epilogue::store));
+      return project(ws, ys, x, m, cuda::Epilogue::store, &norm, nullptr, &r);
+    }
     return Backend::rmsnorm_linear_many(norm, ws, x, m, ys);
   }
   Status rmsnorm_swiglu(const InputNorm& norm, const Tensor& w_gate, const Tensor& w_up, const Tensor& x, int64_t m,
                         Tensor& gate, Tensor& up) override {
+    LITHE_TRY(settle_if({&gate, &up}));
     const Tensor* ws[] = {&w_gate, &w_up};
     Tensor* ys[] = {&gate, &up};
-    if (norm_folds(w_gate, m, x) || gemv_fuses(ws, m, cuda::Epilogue::swiglu))
-      return project(ws, ys, x, m, cuda::Epilogue::swiglu, &norm);
+    if (norm_folds(w_gate, m, x) || gemv_fuses(ws, m, cuda::Epilogue::swiglu)) {
+      LITHE_ASSIGN(const cuda::GemvResidual r, read_residual(ws, x, m, cuda::Epilogue::swiglu));
+      return project(ws, ys, x, m, cuda::Epilogue::swiglu, &norm, nullptr, &r);
+    }
     return Backend::rmsnorm_swiglu(norm, w_gate, w_up, x, m, gate, up);
   }
 
   Status add_bias(Tensor& y, int64_t m, const Tensor& bias) override {
+    LITHE_TRY(settle_if({&y}));
     LITHE_TRY(check_act(y, m, bias.numel(), "bias target"));
     if (steps_->replaying()) return Status::ok();
     return cuda::add_bias(y.data_as<float>(), bias.data_as<float>(), m, bias.numel(), stream_);
   }
   Status rmsnorm(const Tensor& x, int64_t m, const Tensor& weight, float eps, Tensor& y) override {
+    LITHE_TRY(settle_if({&x, &y}));
     const int64_t n = weight.numel();
     LITHE_TRY(check_act(x, m, n, "rmsnorm input"));
     LITHE_TRY(check_act(y, m, n, "rmsnorm output"));
@@ -297,6 +328,7 @@ class CudaBackend final : public Backend {
   }
   Status rope(Tensor& x, int64_t m, int64_t n_heads, int64_t head_dim, const int32_t* pos, const cpu::RopeTable& table,
               cpu::RopeStyle style) override {
+    LITHE_TRY(settle_if({&x}));
     LITHE_TRY(check_act(x, m, n_heads * head_dim, "rope input"));
     LITHE_ASSIGN(const float* freq, rope_freqs(table));
     LITHE_ASSIGN(const void* dpos, steps_->stage(pos, static_cast<size_t>(m) * sizeof(int32_t)));
@@ -306,11 +338,13 @@ class CudaBackend final : public Backend {
                       stream_);
   }
   Status silu_mul(Tensor& gate, const Tensor& up, int64_t m) override {
+    LITHE_TRY(settle_if({&gate, &up}));
     LITHE_TRY(check_act(gate, m, up.dim(1), "silu_mul gate"));
     if (steps_->replaying()) return Status::ok();
     return cuda::silu_mul(gate.data_as<float>(), up.data_as<float>(), m * up.dim(1), stream_);
   }
   Status add(Tensor& y, const Tensor& x, int64_t m) override {
+    LITHE_TRY(settle_if({&y, &x}));
     LITHE_TRY(check_act(y, m, x.dim(1), "add target"));
     if (steps_->replaying()) return Status::ok();
     return cuda::add(y.data_as<float>(), x.data_as<float>(), m * x.dim(1), stream_);
@@ -318,12 +352,14 @@ class CudaBackend final : public Backend {
 
   Status attention(KvCache& cache, int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t m,
                    const int32_t* q_pos, const int64_t* slots, const AttentionShape& shape, Tensor& out) override {
+    LITHE_TRY(settle_if({&q, &k, &v, &out}));
     return attend(cache, layer, q, k, v, m, q_pos, slots, shape, out, Prologue::store);
   }
   // One launch rotates q and k and stores k and v (cuda::rope_kv_store), then attention.
   Status rope_attention(KvCache& cache, int64_t layer, Tensor& q, Tensor& k, const Tensor& v, int64_t m,
                         const int32_t* q_pos, const int64_t* slots, const cpu::RopeTable& table, cpu::RopeStyle style,
                         const AttentionShape& shape, Tensor& out) override {
+    LITHE_TRY(settle_if({&q, &k, &v, &out}));
     if (cache.keys_pre_rope())  // a rolling (sink / window) cache keeps its keys un-rotated
       return pre_rope_attention(cache, layer, q, k, v, m, q_pos, slots, table, style, shape, out);
     const Rope r{&table, style, q.data_as<float>(), k.data_as<float>()};
@@ -335,6 +371,7 @@ class CudaBackend final : public Backend {
   Status rope_attention_batch(std::span<const BatchSeq> seqs, int64_t layer, Tensor& q, Tensor& k, const Tensor& v,
                               int64_t m, const int32_t* q_pos, const cpu::RopeTable& table, cpu::RopeStyle style,
                               const AttentionShape& shape, Tensor& out) override {
+    LITHE_TRY(settle_if({&q, &k, &v, &out}));
     LITHE_TRY(check_batch(seqs, m));
     std::vector<BatchSeq> solo;
     std::vector<cuda::DecodeSeq> ds;
@@ -368,6 +405,7 @@ class CudaBackend final : public Backend {
   Status pre_rope_attention(KvCache& cache, int64_t layer, Tensor& q, const Tensor& k, const Tensor& v, int64_t m,
                             const int32_t* q_pos, const int64_t* slots, const cpu::RopeTable& table,
                             cpu::RopeStyle style, const AttentionShape& shape, Tensor& out) override {
+    LITHE_TRY(settle_if({&q, &k, &v, &out}));
     LITHE_TRY(rope(q, m, shape.n_heads, shape.head_dim, q_pos, table, style));
     const Rope r{&table, style, nullptr, nullptr};
     return attend(cache, layer, q, k, v, m, q_pos, slots, shape, out, Prologue::store_pre_rope, &r);
@@ -378,6 +416,8 @@ class CudaBackend final : public Backend {
                             std::span<Tensor*> ys, KvCache& cache, int64_t layer, const int32_t* pos,
                             const int64_t* slots, const cpu::RopeTable& table, cpu::RopeStyle style,
                             const AttentionShape& shape, Tensor& out) override {
+    for (Tensor* y : ys) LITHE_TRY(settle_if({y}));
+    LITHE_TRY(settle_if({&out}));
     static const bool on = env_on("LITHE_QKV_ROPE");
     const bool fuses = norm_folds(*ws[0], m, x) || (gemv_fuses(ws, m, cuda::Epilogue::rope_kv) &&
                                                     cuda::kGemvItemRows % shape.head_dim == 0);
@@ -399,12 +439,14 @@ class CudaBackend final : public Backend {
     r.kv = cache.dtype() == DType::f16 ? cuda::KvType::f16 : cuda::KvType::f32;
     r.kv_pos = layer == 0 && cache.device_positions().defined() ? cache.device_positions().data_as<int32_t>() : nullptr;
     LITHE_ASSIGN(r.pages, device_pages(cache));
-    LITHE_TRY(project(ws, ys, x, m, cuda::Epilogue::rope_kv, &norm, &r));
+    LITHE_ASSIGN(const cuda::GemvResidual res, read_residual(ws, x, m, cuda::Epilogue::rope_kv));
+    LITHE_TRY(project(ws, ys, x, m, cuda::Epilogue::rope_kv, &norm, &r, &res));
     return attend(cache, layer, *ys[0], *ys[1], *ys[2], m, pos, slots, shape, out, Prologue::none);
   }
 
 
   Status to_host(const Tensor& x, int64_t m, float* dst) override {
+    LITHE_TRY(settle_if({&x}));
     LITHE_TRY(check_act(x, m, -1, "to_host"));
     const size_t bytes = static_cast<size_t>(m * x.dim(1)) * sizeof(float);
     LITHE_TRY(check(cudaMemcpyAsync(dst, x.data(), bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (to host)"));
@@ -416,6 +458,7 @@ class CudaBackend final : public Backend {
   // top_k: the kernel writes values, then ids, into topk_ (and each row's best id into best_, the
   // feed of kArgmaxToken), and one copy takes them into a pinned slot whose event marks its arrival.
   Status top_k(const Tensor& logits, int64_t rows, int k, float* vals, int32_t* ids) override {
+    LITHE_TRY(settle_if({&logits}));
     if (!topk_pending_.empty()) {  // unfetched results are dropped once their copies have landed
       LITHE_TRY(check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
       topk_pending_.clear();
@@ -424,6 +467,7 @@ class CudaBackend final : public Backend {
     return fetch_top_k(vals, ids, nullptr, nullptr);
   }
   Status top_k_launch(const Tensor& logits, int64_t rows, int k) override {
+    LITHE_TRY(settle_if({&logits}));
     LITHE_TRY(check_act(logits, rows, -1, "top_k logits"));
     const int64_t vocab = logits.dim(1);
     if (k <= 0) return error(StatusCode::invalid_argument, "top_k: k = {} must be positive", k);
@@ -460,6 +504,7 @@ class CudaBackend final : public Backend {
   }
 
   Status token_logprobs(const Tensor& logits, int64_t rows, const int32_t* targets, float* out) override {
+    LITHE_TRY(settle_if({&logits}));
     LITHE_TRY(check_act(logits, rows, -1, "token_logprobs logits"));
     const int64_t vocab = logits.dim(1);
     for (int64_t r = 0; r < rows; ++r)
@@ -482,6 +527,7 @@ class CudaBackend final : public Backend {
   }
 
   Status fill_random(Tensor& t, uint64_t seed, float center, float scale) override {
+    LITHE_TRY(settle_if({&t}));
     if (t.device() != Device::cuda) return Backend::fill_random(t, seed, center, scale);
     LITHE_ASSIGN(cuda::WeightType wt, weight_type(t));
     LITHE_TRY(cuda::fill_uniform(t.data(), wt, t.numel(), seed, center, scale, stream_));
@@ -490,14 +536,22 @@ class CudaBackend final : public Backend {
 
   Status begin_step(uint64_t key) override { return steps_->begin(key); }
   Status end_step(bool run) override { return steps_->end(run); }
+  Status settle() override {  // the deferred residual sums into their residual (gemv_fold)
+    if (pend_.acc < 0) return Status::ok();
+    const Pending p = std::exchange(pend_, Pending{});
+    if (steps_->replaying()) return Status::ok();
+    return cuda::gemv_fold(p.y, residual_acc(p.acc), p.n, stream_);
+  }
 
  private:
   CudaBackend() = default;
 
   // ys[j] (+)= x · ws[j]ᵀ for one epilogue: the matvec kernel for few rows, cuBLAS otherwise. With
   // `norm` the input is rmsnorm(x), folded into the matvec kernel (callers check norm_folds).
+  // `res` (GemvResidual): for GEMV launches only (project_gq where gemv_fuses).
   Status project(std::span<const Tensor* const> ws, std::span<Tensor*> ys, const Tensor& x, int64_t m,
-                 cuda::Epilogue e, const InputNorm* norm = nullptr, const cuda::MatvecRope* rope = nullptr) {
+                 cuda::Epilogue e, const InputNorm* norm = nullptr, const cuda::MatvecRope* rope = nullptr,
+                 const cuda::GemvResidual* res = nullptr) {
     const int64_t n_in = ws[0]->dim(1);
     LITHE_TRY(check_act(x, m, n_in, "linear input"));
     if (norm != nullptr) {
@@ -511,7 +565,9 @@ class CudaBackend final : public Backend {
       if (!matvec_path(*ws[0], m) && !gemv_fuses(ws, m, e))
         return error(StatusCode::internal, "a folded rmsnorm reached the GEMM path");
     }
-    if (ws[0]->dtype() == DType::gq) return project_gq(ws, ys, x, m, e, norm, rope);
+    if (ws[0]->dtype() == DType::gq) return project_gq(ws, ys, x, m, e, norm, rope, res);
+    if (res != nullptr && (res->add != nullptr || res->in != nullptr))
+      return error(StatusCode::internal, "deferred residual sums reached a dense projection");
     LITHE_ASSIGN(cuda::WeightType wt, weight_type(*ws[0]));
     for (size_t j = 0; j < ws.size(); ++j) {
       LITHE_TRY(check_weight(*ws[j], "linear weight"));
@@ -540,7 +596,8 @@ class CudaBackend final : public Backend {
   // epilogue and a folded norm included); otherwise (store or accumulate) one matrix at a time: the
   // Marlin-class GEMM, or the GEMV kernel, or (GEMV layout, larger m) a dense f16 copy and cuBLAS.
   Status project_gq(std::span<const Tensor* const> ws, std::span<Tensor*> ys, const Tensor& x, int64_t m,
-                    cuda::Epilogue e, const InputNorm* norm, const cuda::MatvecRope* rope) {
+                    cuda::Epilogue e, const InputNorm* norm, const cuda::MatvecRope* rope,
+                    const cuda::GemvResidual* res) {
     if (gemv_fuses(ws, m, e)) {
       cuda::GemvOut outs[3];
       for (size_t j = 0; j < ws.size(); ++j) {
@@ -555,8 +612,10 @@ class CudaBackend final : public Backend {
       if (steps_->replaying()) return Status::ok();
       cuda::MatvecNorm mn;
       if (norm != nullptr) mn = {norm->weight->data_as<float>(), norm->eps};
-      return cuda::gemv(outs, n, x.data_as<float>(), m, e, scratch, bytes, stream_, mn, rope);
+      return cuda::gemv(outs, n, x.data_as<float>(), m, e, scratch, bytes, stream_, mn, rope, res);
     }
+    if (res != nullptr && (res->add != nullptr || res->in != nullptr))
+      return error(StatusCode::internal, "deferred residual sums reached a projection other than the GEMV");
     if ((e != cuda::Epilogue::store && e != cuda::Epilogue::accumulate) || norm != nullptr)
       return error(StatusCode::internal, "gq weights reached a fused epilogue or norm their kernel cannot run");
     const bool acc = e == cuda::Epilogue::accumulate;
@@ -792,6 +851,58 @@ class CudaBackend final : public Backend {
     std::memcpy(vals, slot.host.p, slot.n * sizeof(float));
     std::memcpy(ids, static_cast<const char*>(slot.host.p) + ids_offset(slot.n), slot.n * sizeof(int32_t));
     return Status::ok();
+  }
+
+  // ---- deferred residual sums (cuda_gq.h: GemvResidual) -------------------------------------------
+  // A decode step's o and down projections (linear_residual on GEMV weights, m <= kGemvResidualMaxRows)
+  // leave their sums in a fixed-point accumulator instead of the residual y: none of their blocks
+  // waits for the others. The next projection reading y under a folded norm (q/k/v, gate/up) reads
+  // y + acc; the next such linear_residual folds acc into y while adding into the other accumulator.
+  // pend_ says which accumulator holds sums not yet in which residual; any other op touching that
+  // residual settles them first (gemv_fold), and so does settle(). LITHE_GEMV_DEFER=0 turns it off.
+  struct Pending {
+    int acc = -1;        // 0 or 1: the accumulator holding the sums; -1 none
+    float* y = nullptr;  // the residual they belong to
+    int64_t n = 0;       // its elements (m x width)
+  };
+  Pending pend_;
+  Scratch resid_ws_;        // the two accumulators, [2][resid_cap_] int64 (zeroed when allocated)
+  int64_t resid_cap_ = 0;
+
+  int64_t* residual_acc(int k) { return static_cast<int64_t*>(resid_ws_.t.data()) + k * resid_cap_; }
+  // Room for accumulators of n elements (pending sums settle first where the buffer grows).
+  Status reserve_residual(int64_t n) {
+    if (n <= resid_cap_) return Status::ok();
+    LITHE_TRY(settle());
+    const int64_t cap = (n + 1) / 2 * 2;  // each accumulator 16-byte aligned
+    LITHE_TRY(resid_ws_.get(static_cast<size_t>(2 * cap) * sizeof(int64_t), stream_).status());
+    resid_cap_ = cap;
+    return Status::ok();
+  }
+  // Whether tensor t's memory meets the residual holding pending sums.
+  bool touches_pending(const Tensor& t) const {
+    if (pend_.acc < 0 || !t.defined()) return false;
+    const auto* a = static_cast<const uint8_t*>(t.data());
+    const auto* b = reinterpret_cast<const uint8_t*>(pend_.y);
+    return a < b + pend_.n * 4 && b < a + t.nbytes();
+  }
+  Status settle_if(std::initializer_list<const Tensor*> ts) {
+    for (const Tensor* t : ts)
+      if (t != nullptr && touches_pending(*t)) return settle();
+    return Status::ok();
+  }
+  // The GemvResidual of a launch reading x under a folded norm with epilogue e: `in` where x is the
+  // residual holding pending sums and ws run as one GEMV launch; otherwise they settle first.
+  Result<cuda::GemvResidual> read_residual(std::span<const Tensor* const> ws, const Tensor& x, int64_t m,
+                                           cuda::Epilogue e) {
+    cuda::GemvResidual r;
+    if (!touches_pending(x)) return r;
+    if (gemv_fuses(ws, m, e) && x.data() == pend_.y && m * x.dim(1) == pend_.n) {
+      r.in = residual_acc(pend_.acc);
+      return r;
+    }
+    LITHE_TRY(settle());
+    return r;
   }
 
   cuda::DeviceInfo info_;

@@ -146,15 +146,16 @@ Status check_residual(const std::string& f, const GemvResidual& r, const GemvOut
     return bad_arg(f + "GemvResidual add / fold need one matrix, the accumulate epilogue and no norm (n_outs = " +
                    std::to_string(n_outs) + ")");
   if (r.fold != nullptr && r.add == nullptr) return bad_arg(f + "GemvResidual fold needs add");
-  const int64_t n_acc = m * outs[0].w->n_out * 8, n_in = m * outs[0].w->n_in * 8;
   for (const void* p : {static_cast<const void*>(r.add), static_cast<const void*>(r.fold), static_cast<const void*>(r.in)})
     if (p != nullptr && !aligned(p, 16))
       return bad_arg(f + "GemvResidual accumulator " + ptr_str(p) + " is not 16-byte aligned");
-  if (r.add != nullptr && r.fold != nullptr && overlap(r.add, n_acc, r.fold, n_acc))
+  // Bytes of the output-shaped accumulators (add, fold: int64 [m][n_out]), of y and of `in` ([m][n_in]).
+  const int64_t acc_bytes = m * outs[0].w->n_out * 8, y_bytes = acc_bytes / 2, in_bytes = m * outs[0].w->n_in * 8;
+  if (r.add != nullptr && r.fold != nullptr && overlap(r.add, acc_bytes, r.fold, acc_bytes))
     return bad_arg(f + "GemvResidual add and fold overlap");
-  if (r.add != nullptr && overlap(r.add, n_acc, outs[0].y, n_acc / 2))
+  if (r.add != nullptr && overlap(r.add, acc_bytes, outs[0].y, y_bytes))
     return bad_arg(f + "GemvResidual add overlaps y");
-  if (r.in != nullptr && r.add != nullptr && overlap(r.in, n_in, r.add, n_acc))
+  if (r.in != nullptr && r.add != nullptr && overlap(r.in, in_bytes, r.add, acc_bytes))
     return bad_arg(f + "GemvResidual in overlaps add");
   return Status::ok();
 }

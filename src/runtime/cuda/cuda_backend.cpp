@@ -242,7 +242,7 @@ class CudaBackend final : public Backend {
   }
   Status linear_many(std::span<const Tensor* const> ws, const Tensor& x, int64_t m, std::span<Tensor*> ys) override {
     LITHE_TRY(settle_if({&x}));
-    for (Tensor* y : ys) LITHE_TRY(settle_if({y}));
+    LITHE_TRY(settle_if(ys));
     if (ws.size() != ys.size() || ws.empty())
       return error(StatusCode::invalid_argument, "linear_many: {} weights but {} outputs", ws.size(), ys.size());
     if ((m <= cuda::kMatvecMaxRows && ws.size() <= 3 && ws[0]->dtype() != DType::gq) ||
@@ -290,7 +290,7 @@ class CudaBackend final : public Backend {
   // The norm folds into the matvec kernel; otherwise (GEMM path) the default composition.
   Status rmsnorm_linear_many(const InputNorm& norm, std::span<const Tensor* const> ws, const Tensor& x, int64_t m,
                              std::span<Tensor*> ys) override {
-    for (Tensor* y : ys) LITHE_TRY(settle_if({y}));
+    LITHE_TRY(settle_if(ys));
     if (ws.size() != ys.size() || ws.empty())
       return error(StatusCode::invalid_argument, "rmsnorm_linear_many: {} weights but {} outputs", ws.size(),
                    ys.size());
@@ -416,7 +416,7 @@ class CudaBackend final : public Backend {
                             std::span<Tensor*> ys, KvCache& cache, int64_t layer, const int32_t* pos,
                             const int64_t* slots, const cpu::RopeTable& table, cpu::RopeStyle style,
                             const AttentionShape& shape, Tensor& out) override {
-    for (Tensor* y : ys) LITHE_TRY(settle_if({y}));
+    LITHE_TRY(settle_if(ys));
     LITHE_TRY(settle_if({&out}));
     static const bool on = env_on("LITHE_QKV_ROPE");
     const bool fuses = norm_folds(*ws[0], m, x) || (gemv_fuses(ws, m, cuda::Epilogue::rope_kv) &&
@@ -886,11 +886,13 @@ class CudaBackend final : public Backend {
     const auto* b = reinterpret_cast<const uint8_t*>(pend_.y);
     return a < b + pend_.n * 4 && b < a + t.nbytes();
   }
-  Status settle_if(std::initializer_list<const Tensor*> ts) {
+  // Settles the pending sums where any of these tensors meets their residual.
+  Status settle_if(std::span<const Tensor* const> ts) {
     for (const Tensor* t : ts)
       if (t != nullptr && touches_pending(*t)) return settle();
     return Status::ok();
   }
+  Status settle_if(std::initializer_list<const Tensor*> ts) { return settle_if(std::span(ts.begin(), ts.size())); }
   // The GemvResidual of a launch reading x under a folded norm with epilogue e: `in` where x is the
   // residual holding pending sums and ws run as one GEMV launch; otherwise they settle first.
   Result<cuda::GemvResidual> read_residual(std::span<const Tensor* const> ws, const Tensor& x, int64_t m,

@@ -108,17 +108,22 @@ std::string fmt2(double v) {
 struct Format {
   const char* name;
   int bits;
-  int64_t group;  // 0: per channel
+  int64_t group;        // 0: per channel
+  bool sparse = false;  // 2:4 (random_matrix: two zero weights in every run of 4 columns)
 };
-
-// Prints the matrix's rows; returns how many of them are over kMaxRelDiff.
-int bench_matrix(Bench& c, int64_t n_in, int64_t n_out, const Format& fm, const std::vector<int>& ms,
-                  std::vector<std::string>& dequant_rows) {
+QuantFormat quant_format(const Format& fm, int64_t n_in) {
   QuantFormat f;
   f.bits = fm.bits;
   f.group = fm.group > 0 ? fm.group : n_in;
   f.sym = false;
-  const gq::Matrix mat = gq::random_matrix(f, n_out, n_in, 1234, false);
+  f.sparse24 = fm.sparse;
+  return f;
+}
+
+// Prints the matrix's rows; returns how many of them are over kMaxRelDiff.
+int bench_matrix(Bench& c, int64_t n_in, int64_t n_out, const Format& fm, const std::vector<int>& ms,
+                  std::vector<std::string>& dequant_rows) {
+  const gq::Matrix mat = gq::random_matrix(quant_format(fm, n_in), n_out, n_in, 1234, false);
   auto packed = cuda::pack_gemv(mat);
   CK(packed.status());
   const cuda::PackedHost& ph = packed.value();
@@ -212,10 +217,7 @@ void bench_layer(Bench& c, const Format& fm, const std::vector<int>& ms) {
   std::vector<cuda::PackedHost> ph;
   size_t layer_bytes = 0, layer16 = 0;
   for (int k = 0; k < 7; ++k) {
-    QuantFormat f;
-    f.bits = fm.bits;
-    f.group = fm.group > 0 ? fm.group : shapes[k][1];
-    auto p = cuda::pack_gemv(gq::random_matrix(f, shapes[k][0], shapes[k][1], 50 + k, false));
+    auto p = cuda::pack_gemv(gq::random_matrix(quant_format(fm, shapes[k][1]), shapes[k][0], shapes[k][1], 50 + k, false));
     CK(p.status());
     ph.push_back(std::move(p).value());
     layer_bytes += ph.back().bytes.size();
@@ -325,7 +327,8 @@ int main(int argc, char** argv) {
   const bool quick = c.quick;
   std::printf("\n");
 
-  std::vector<Format> formats = {{"int4 g128", 4, 128}, {"int3 g128", 3, 128}, {"int2 g64", 2, 64}, {"int8 per-ch", 8, 0}};
+  std::vector<Format> formats = {{"int4 g128", 4, 128},   {"int3 g128", 3, 128},         {"int2 g64", 2, 64},
+                                 {"int8 per-ch", 8, 0}, {"int4 g128 2:4", 4, 128, true}};
   if (const char* e = std::getenv("BENCH_FORMAT"))
     std::erase_if(formats, [&](const Format& f) { return std::strstr(f.name, e) == nullptr; });
   const int64_t shapes[][2] = {{4096, 4096}, {4096, 11008}, {11008, 4096}};  // n_in x n_out

@@ -21,6 +21,12 @@
 #                                         deferred residual sums (o and down): GEMV, backend and
 #                                         model tests with them on and LITHE_GEMV_DEFER=0, then
 #                                         `knob` on / off and other formats / depths each way
+#   bash bench/gq_device_run.sh sparse [ROUNDS]
+#                                         2:4 sparse int4 in the GEMV (sparse tensor cores): GEMV and
+#                                         backend tests, the int4 matrices and layer dense and 2:4
+#                                         (m = 1, 8, 16), then e2e int4 g128 dense / 2:4 / 2:4 on the
+#                                         Marlin layout (LITHE_GQ_KERNEL=marlin): tg128 at depth 0 and
+#                                         512, pp512, alternated (ROUNDS, default 2)
 #   bash bench/gq_device_run.sh knob ROUNDS "VAR=V ..." ["VAR=V ..." ...]
 #                                         the same binary under each environment setting in
 #                                         turn: e2e int4 g128 tg128 at depth 0 (alternated, ROUNDS
@@ -176,6 +182,25 @@ PY
         j=$(LITHE_GEMV_DEFER=$c $L bench --synthetic llama2-7b --dtype "$dtype" -p 0 -n 128 -r 5 --device cuda \
             --kv-type f16 -d "$depth" --json 2> "$OUT/e2e.err") || { tail -5 "$OUT/e2e.err"; continue; }
         echo "$j" | python3 -c "import json,sys; j=json.load(sys.stdin); print('[LITHE_GEMV_DEFER=$c] $dtype tg128@$depth', round(j['gen_tokens_per_second']['median'],1), 'tok/s')"
+      done
+    done
+    ;;
+  sparse)
+    $B/bin/lithe_cuda_tests --gtest_filter='CudaGqGemv*:CudaBackend*' > "$OUT/sparse_tests.txt" 2>&1
+    echo "== tests"; grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure" "$OUT/sparse_tests.txt" | head -20
+    BENCH_FORMAT=int4 BENCH_M=1,8,16 $B/bin/bench_cuda_gq_gemv --quick > "$OUT/sparse_gemv.md" 2>&1
+    grep -E "^\| (4096|11008|int4)" "$OUT/sparse_gemv.md" | grep -v "x f16" | cut -c1-120
+    # e2e: "dtype depth kernel [VAR=V]": tg128 at that depth (depth "pp": pp512 instead)
+    for r in $(seq "${2:-2}"); do
+      for setting in "int4-g128 0 gemv" "int4-g128-2:4 0 gemv" "int4-g128-2:4 0 gemv LITHE_GEMV_PREFETCH=0" \
+                     "int4-g128-2:4 0 marlin" "int4-g128 512 gemv" "int4-g128-2:4 512 gemv" "int4-g128 pp gemv" \
+                     "int4-g128-2:4 pp gemv"; do
+        read -r dtype depth kern extra <<< "$setting"
+        if [ "$depth" = pp ]; then args=(-p 512 -n 1); key=prompt_tokens_per_second; else
+          args=(-p 0 -n 128 -d "$depth"); key=gen_tokens_per_second; fi
+        j=$(env LITHE_GQ_KERNEL=$kern $extra $L bench --synthetic llama2-7b --dtype "$dtype" "${args[@]}" -r 5 \
+            --device cuda --kv-type f16 --json 2> "$OUT/e2e.err") || { tail -5 "$OUT/e2e.err"; continue; }
+        echo "$j" | python3 -c "import json,sys; j=json.load(sys.stdin); print('round $r [$kern $extra] $dtype ${args[*]}', round(j['$key']['median'],1), 'tok/s')"
       done
     done
     ;;

@@ -1,7 +1,8 @@
 // Runs on a GPU machine: the group-quantized GEMV (cuda_gq.h: pack_gemv, gemv, gemv_linear,
 // gemv_dequantize_f16) against the scalar oracle gq::reference_linear / gq::dequantize, on fresh
 // random matrices (gq::random_matrix, fixed seeds): every format (int2/3/4/8, sym and asym, group
-// 32/64/128, a group of 96, per channel), act-order, 2:4-sparse matrices, short last groups,
+// 32/64/128, a group of 96, per channel), act-order, 2:4-sparse matrices (int4 on sparse tensor
+// cores, the others and group 32 packed dense), short last groups,
 // odd shapes and the real ones, m = 1..16, store and accumulate; fused launches (3 matrices, swiglu,
 // a folded RMSNorm); rows that do not depend on m; the k-split's counters left at zero and its sums
 // in thread-block clusters where they fit; deferred residual sums (GemvResidual) against direct
@@ -74,6 +75,9 @@ DevMatrix upload(const gq::Matrix& m) {
   if (!packed.is_ok()) return d;
   d.host = std::move(packed).value();
   EXPECT_EQ(d.host.desc.layout, cuda::kLayoutGemv);
+  // 2:4 int4 with n_in and group multiples of 64 runs on sparse tensor cores, the rest dense.
+  const bool sparse = m.fmt.sparse24 && m.fmt.bits == 4 && m.n_in % 64 == 0 && m.fmt.group % 64 == 0;
+  EXPECT_EQ(d.host.desc.fmt.sparse24, sparse) << describe(m);
   EXPECT_EQ(static_cast<int64_t>(d.host.bytes.size()), d.host.desc.bytes);
   d.dev = std::make_unique<DevMem>(d.host.bytes.size());
   h2d(*d.dev, d.host.bytes.data(), d.host.bytes.size());
@@ -342,6 +346,32 @@ TEST_F(CudaGqGemv, OddShapes) {
     }
 }
 
+// 2:4 sparse int4 on sparse tensor cores: sym and asym, groups 64 / 128 / 192 / per channel,
+// act-order, every m; n_in 448 ends in half a chunk (224 code columns), 40 rows end in a partial
+// tile; a row with fewer than two non-zero weights in a quad (code == zero point) and all-zero
+// rows. Group 32 and int4 with n_in % 64 != 0 run dense (upload checks which).
+TEST_F(CudaGqGemv, SparseInt4) {
+  uint32_t seed = 700;
+  for (bool sym : {false, true})
+    for (int64_t group : {64, 128, 192, 448})
+      for (bool act : {false, true}) {
+        gq::Matrix m = gq::random_matrix(fmt(4, group, sym, true), 40, 448, seed, act);
+        for (int64_t k = 0; k < m.n_in; ++k) {  // row 3: only column 1 of each quad kept; row 5: none
+          const size_t g3 = static_cast<size_t>(3 * m.n_groups() + k / group), g5 = static_cast<size_t>(5 * m.n_groups() + k / group);
+          m.codes[static_cast<size_t>(3 * m.n_in + k)] = k % 4 == 1 ? 15 : m.zeros[g3];
+          m.codes[static_cast<size_t>(5 * m.n_in + k)] = m.zeros[g5];
+        }
+        ASSERT_TRUE(gq::is_2to4(m));
+        check_linear(m, kAllM, stream_, seed++);
+        if (HasFatalFailure()) return;
+      }
+  for (const auto& [group, n_in] : std::vector<std::pair<int64_t, int64_t>>{{32, 256}, {96, 480}}) {
+    const gq::Matrix m = gq::random_matrix(fmt(4, group, false, true), 24, n_in, seed, false);
+    check_linear(m, {1, 4}, stream_, seed++);  // dense
+    if (HasFatalFailure()) return;
+  }
+}
+
 // The real shapes (n_in x n_out), one format each, m up to 16 (chunk tails: 11008 = 172 chunks of
 // int4, 86 of int2 and int3 (128 columns each: the last one half padding)); act-order at n_in 11008 and 14336 stages large gathered ranges of x.
 TEST_F(CudaGqGemv, RealShapes) {
@@ -358,6 +388,9 @@ TEST_F(CudaGqGemv, RealShapes) {
       // Llama-2-7B's down projection as the decode benchmark runs it (its m = 16 row once read wrong
       // there against cuBLAS: bench/RESULTS.md, fourteenth session).
       {11008, 4096, fmt(4, 128, false), false},
+      // 2:4 sparse int4 (SparseGPT 2:4 + GPTQ): 11008 = 86 chunks of 128 columns.
+      {4096, 4096, fmt(4, 128, true, true), false},     {11008, 4096, fmt(4, 128, false, true), true},
+      {4096, 11008, fmt(4, 4096, true, true), false},   {4096, 14336, fmt(4, 64, false, true), false},
   };
   uint32_t seed = 200;
   for (const Shape& sh : shapes) {
@@ -375,7 +408,8 @@ TEST_F(CudaGqGemv, RealShapes) {
 // scratch left non-zero.
 TEST_F(CudaGqGemv, FusedMatricesEpiloguesAndNorm) {
   uint32_t seed = 400;
-  const std::vector<QuantFormat> fmts = {fmt(4, 128, false), fmt(3, 64, true), fmt(2, 32, false), fmt(8, 4096, true)};
+  const std::vector<QuantFormat> fmts = {fmt(4, 128, false), fmt(3, 64, true), fmt(2, 32, false), fmt(8, 4096, true),
+                                         fmt(4, 128, false, true)};
   for (const QuantFormat& f0 : fmts)
     for (int64_t n_in : {576, 4096}) {
       QuantFormat f = f0;
@@ -407,11 +441,13 @@ TEST_F(CudaGqGemv, FusedMatricesEpiloguesAndNorm) {
 // read y + acc, then gemv_fold. y must stay untouched by o; the outputs agree with the direct chain
 // to f32 rounding (a lost or doubled block's sums would be ~1/ks of them); the accumulators end at
 // zero; two deferred runs give the same bits (integer sums). A partial sum past 2^20 poisons its
-// row of y (NaN) and no other. Int4 and act-order int3 (x gathered by perm), 1, 5 and 16 rows.
+// row of y (NaN) and no other. Int4, act-order int3 and act-order 2:4 int4 (x gathered by perm), 1, 5
+// and 16 rows.
 TEST_F(CudaGqGemv, DeferredResidualSumsMatchTheDirectOnes) {
   constexpr int64_t d = 2048, ff = 5504, kRowsMax = 16;
   uint32_t seed = 1200;
-  for (const auto& [f, act] : std::vector<std::pair<QuantFormat, bool>>{{fmt(4, 128, false), false}, {fmt(3, 64, true), true}}) {
+  for (const auto& [f, act] : std::vector<std::pair<QuantFormat, bool>>{
+           {fmt(4, 128, false), false}, {fmt(3, 64, true), true}, {fmt(4, 128, true, true), true}}) {
     const gq::Matrix mo = gq::random_matrix(f, d, d, seed++, act), mg = gq::random_matrix(f, ff, d, seed++, false),
                      mu = gq::random_matrix(f, ff, d, seed++, false), md = gq::random_matrix(f, d, ff, seed++, act),
                      mq = gq::random_matrix(f, d, d, seed++, act);
@@ -605,6 +641,7 @@ TEST_F(CudaGqGemv, DequantizeF16MatchesReference) {
       {fmt(4, 128, false), 40, 576, true},   {fmt(4, 128, true), 256, 1024, false}, {fmt(3, 64, true), 33, 96, false},
       {fmt(3, 32, false), 65, 480, true},    {fmt(2, 32, false), 31, 256, false},   {fmt(2, 96, true), 9, 480, true},
       {fmt(8, 512, false), 70, 512, false},  {fmt(8, 32, true), 3, 64, true},
+      {fmt(4, 128, false, true), 40, 448, true}, {fmt(4, 64, true, true), 33, 1024, false},  // 2:4 sparse
   };
   uint32_t seed = 300;
   for (const Case& c : cases) {
@@ -695,6 +732,10 @@ TEST_F(CudaGqGemv, UnsupportedShapesAndArgumentErrorsNameTheValue) {
   other = d;
   other.bytes += 256;
   expect_err(cuda::gemv_linear(other, w.dev->p, x.as<float>(), 1, y.as<float>(), false, scr, sb, stream_), "bytes");
+  other = d;
+  other.fmt = fmt(4, 32, false, true);  // a 2:4 layout claimed where only the dense one exists
+  expect_err(cuda::gemv_linear(other, w.dev->p, x.as<float>(), 1, y.as<float>(), false, scr, sb, stream_),
+             "group multiples of 64");
   other = d;
   other.n_in = 100;
   expect_err(cuda::gemv_linear(other, w.dev->p, x.as<float>(), 1, y.as<float>(), false, scr, sb, stream_), "100");

@@ -337,7 +337,8 @@ TEST(CudaBackend, FoldedNormProjectionsMatchCpu) {
       }
 }
 
-// The gq formats the backend tests run: int4 g128, int3 g64 sym, and int4 g128 with act-order.
+// The gq formats the backend tests run: int4 g128, int3 g64 sym, int4 g128 with act-order and 2:4
+// sparse int4 g128 (sparse tensor cores in the GEMV; dequantized for cuBLAS past its batch).
 std::vector<std::pair<QuantFormat, bool>> gq_cases() {
   QuantFormat f4;
   f4.bits = 4;
@@ -346,7 +347,9 @@ std::vector<std::pair<QuantFormat, bool>> gq_cases() {
   f3.bits = 3;
   f3.group = 64;
   f3.sym = true;
-  return {{f4, false}, {f3, false}, {f4, true}};
+  QuantFormat f24 = f4;
+  f24.sparse24 = true;
+  return {{f4, false}, {f3, false}, {f4, true}, {f24, false}};
 }
 // A random gq matrix prepared by both backends, appended to wc (cpu) and wg (gpu).
 void quantized_both(Both& b, const QuantFormat& f, int64_t n_out, int64_t n_in, uint32_t seed, bool act,

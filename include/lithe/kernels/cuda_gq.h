@@ -7,7 +7,9 @@
 //   per channel (group == n_in), sym or asym, act-order, optionally 2:4 sparse; any batch m >= 1.
 //   The f32 activations are converted to f16 (and gathered by perm) into scratch first.
 // - GEMV (gq_gemv.cu): batch m <= 16 on tensor cores, int2/int3/int4/int8, any group that is a
-//   multiple of 32 or per channel, sym or asym, act-order; reads f32 activations directly; several
+//   multiple of 32 or per channel, sym or asym, act-order, 2:4 sparse int4 on sparse tensor cores
+//   (n_in and group multiples of 64; other 2:4 matrices are packed dense, PackedWeight::fmt.sparse24
+//   says which); reads f32 activations directly; several
 //   matrices per launch with the decode epilogues (swiglu, residual) and a folded RMSNorm; x is split
 //   into two f16 halves (hi + lo: ~22 bits) for the MMAs, so results stay near f32. Its
 //   layout can also be expanded to a dense f16 matrix (for cuBLAS at larger m, prefill).

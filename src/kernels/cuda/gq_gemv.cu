@@ -28,6 +28,9 @@ Status make_mat(const PackedWeight& w, const void* w_dev, const std::string& f, 
     return bad_arg(f + "layout " + std::to_string(w.layout) + " is not the GEMV layout (pack_gemv)");
   const Status sup = gemv_supports(w.fmt, w.n_out, w.n_in);
   if (!sup.is_ok()) return sup;
+  if (w.fmt.sparse24 && !L::runs_sparse(w.fmt, w.n_in))
+    return bad_arg(f + "a 2:4 sparse GEMV layout needs int4 with n_in and group multiples of 64, not " +
+                   format_name(w.fmt, w.n_in) + " (pack_gemv packs such matrices dense)");
   const L::Geometry g = L::geometry(w.fmt, w.n_out, w.n_in, w.has_perm);
   if (w.section[0] != g.codes || w.section[1] != g.hi || w.section[2] != g.recs || w.section[3] != g.perm ||
       w.bytes != g.bytes)
@@ -45,7 +48,7 @@ Status make_mat(const PackedWeight& w, const void* w_dev, const std::string& f, 
   geo.chunks = static_cast<int>(g.chunks);
   geo.groups = static_cast<int>(g.groups);
   geo.units = static_cast<int>(g.units);
-  const uint64_t bpg = static_cast<uint64_t>(w.fmt.group / 32);
+  const uint64_t bpg = static_cast<uint64_t>(w.fmt.group / L::x_per_code(w.fmt.sparse24) / 32);
   geo.gmagic = bpg == 1 ? 0u : static_cast<uint32_t>(((uint64_t{1} << 32) + bpg - 1) / bpg);
   return Status::ok();
 }
@@ -78,10 +81,10 @@ Split pick_split(int64_t items, int chunks, int cols, int loads, int sms) {
 // but cost int3 1.7% and int4 layers 1-3% at m = 4..8, so it is on where it helped only.
 // LITHE_GEMV_PREFETCH=N (a benchmark knob) sets N for every launch; LITHE_GEMV_PREFETCH_WAIT=N
 // the batches asked for before griddepcontrol.wait (default: the same N).
-int prefetch_batches(int bits, int64_t m) {
+int prefetch_batches(const QuantFormat& f, int64_t m) {
   static const int knob = env_knob("LITHE_GEMV_PREFETCH", -1);
   if (knob >= 0) return std::min(knob, 8);
-  return m == 1 && (bits == 4 || bits == 8) ? kPrefetchBatches : 0;
+  return m == 1 && (f.bits == 4 || f.bits == 8) ? kPrefetchBatches : 0;
 }
 
 // Tiles and items of a launch (swiglu: the gate's tiles), its split and its scratch: [items] u32
@@ -98,7 +101,8 @@ Plan plan_of(const GemvOut* outs, int n_outs, Epilogue e, int sms) {
     p.items += detail::ceil_div(detail::ceil_div(outs[j].w->n_out, L::kTileRows), kWarps);
   const PackedWeight& w = *outs[0].w;
   const L::Geometry g = L::geometry(w.fmt, w.n_out, w.n_in, w.has_perm);
-  p.split = pick_split(p.items, static_cast<int>(g.chunks), L::chunk_span(w.fmt.bits), loads_of(w.fmt.bits), sms);
+  const int cols = L::chunk_span(w.fmt.bits) * L::x_per_code(w.fmt.sparse24);  // columns of x per chunk
+  p.split = pick_split(p.items, static_cast<int>(g.chunks), cols, loads_of(w.fmt.bits), sms);
   if (p.split.ks > 1) {
     p.counter_bytes = (p.items * 4 + 255) / 256 * 256;
     p.scratch_bytes = p.counter_bytes + p.items * p.split.ks * (R * kMaxM * kItemRows + kMaxM) * 4;
@@ -119,15 +123,16 @@ void plan_args(const Plan& p, int64_t m, Epilogue e, Args& a) {
   a.epi = e;
 }
 
-// f.template operator()<BITS>() for the bit width of a GEMV-layout weight (2, 3, 4 or 8: one
-// instantiation of the kernels each, gq_gemv_bits.cu.in).
+// f.template operator()<BITS, SP>() for the format of a GEMV-layout weight (bits 2, 3, 4 or 8, and
+// 2:4 sparse int4: one instantiation of the kernels each, gq_gemv_bits.cu.in).
 template <class F>
-auto with_bits(int bits, F&& f) {
-  switch (bits) {
-    case 2: return f.template operator()<2>();
-    case 3: return f.template operator()<3>();
-    case 4: return f.template operator()<4>();
-    default: return f.template operator()<8>();
+auto with_format(const QuantFormat& fm, F&& f) {
+  if (fm.sparse24) return f.template operator()<4, true>();  // make_mat: int4 only
+  switch (fm.bits) {
+    case 2: return f.template operator()<2, false>();
+    case 3: return f.template operator()<3, false>();
+    case 4: return f.template operator()<4, false>();
+    default: return f.template operator()<8, false>();
   }
 }
 
@@ -190,7 +195,7 @@ int gemv_cluster_size(const GemvOut* outs, int n_outs, int64_t m, Epilogue e) {
   detail::DeviceFacts d;
   if (!make_mat(*outs[0].w, outs[0].w_dev, "", a.mat[0], geo).is_ok() || !detail::device_facts(d).is_ok()) return 0;
   plan_args(plan_of(outs, n_outs, e, d.sms), m, e, a);
-  return with_bits(outs[0].w->fmt.bits, [&]<int BITS>() { return cluster_size<BITS>(a); });
+  return with_format(outs[0].w->fmt, [&]<int BITS, bool SP>() { return cluster_size<BITS, SP>(a); });
 }
 
 int64_t gemv_scratch_bytes(const GemvOut* outs, int n_outs, Epilogue e) {
@@ -226,7 +231,8 @@ Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue
     if (j == 0) {
       a.g = geo;
       f = fj;
-    } else if (w.fmt.bits != outs[0].w->fmt.bits || w.fmt.group != outs[0].w->fmt.group || w.n_in != outs[0].w->n_in ||
+    } else if (w.fmt.bits != outs[0].w->fmt.bits || w.fmt.group != outs[0].w->fmt.group ||
+               w.fmt.sparse24 != outs[0].w->fmt.sparse24 || w.n_in != outs[0].w->n_in ||
                w.has_perm != outs[0].w->has_perm) {
       return bad_arg(fj + "fused matrices differ in format, n_in or act-order from outs[0] (" +
                      format_name(outs[0].w->fmt, outs[0].w->n_in) + ", n_in " + std::to_string(outs[0].w->n_in) + ")");
@@ -288,7 +294,7 @@ Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue
                    std::to_string(need) + " bytes, 256-byte aligned and zeroed (gemv_scratch_bytes)");
   a.n_mats = n_outs;
   plan_args(p, m, e, a);
-  a.pf = prefetch_batches(outs[0].w->fmt.bits, m);
+  a.pf = prefetch_batches(outs[0].w->fmt, m);
   static const int wait_knob = env_knob("LITHE_GEMV_PREFETCH_WAIT", -1);
   a.pf0 = wait_knob >= 0 ? std::min(wait_knob, 16) : a.pf;
   if (r.add != nullptr) a.cluster = 0;
@@ -302,7 +308,7 @@ Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue
     a.counters = static_cast<unsigned*>(scratch);
     a.partial = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + p.counter_bytes);
   }
-  return with_bits(outs[0].w->fmt.bits, [&]<int BITS>() { return launch_grid<BITS>(a, s); });
+  return with_format(outs[0].w->fmt, [&]<int BITS, bool SP>() { return launch_grid<BITS, SP>(a, s); });
 }
 
 Status gemv_linear(const PackedWeight& w, const void* w_dev, const float* x, int64_t m, float* y, bool accumulate,
@@ -320,7 +326,7 @@ Status gemv_dequantize_f16(const PackedWeight& w, const void* w_dev, void* out, 
   if (out == nullptr || !aligned(out, 16))
     return bad_arg(f + "out = " + ptr_str(out) + " is null or not 16-byte aligned");
   const int64_t slots = detail::ceil_div(w.n_out, L::kTileRows) * g.chunks * 32;
-  return with_bits(w.fmt.bits, [&]<int BITS>() { return launch_dequant<BITS>(mt, g, slots, out, s); });
+  return with_format(w.fmt, [&]<int BITS, bool SP>() { return launch_dequant<BITS, SP>(mt, g, slots, out, s); });
 }
 
 }  // namespace lithe::cuda

@@ -40,7 +40,7 @@ constexpr int kMaxStagedCols = 2048;
 // One matrix: its sections on the device and its output.
 struct Mat {
   const uint4* codes = nullptr;
-  const uint2* hi = nullptr;  // int3 only
+  const uint2* hi = nullptr;  // int3's hi chunks or 2:4 meta words
   const uint2* recs = nullptr;  // [tiles][groups][8] pairs (row g, row g + 8)
   const int32_t* perm = nullptr;  // act-order only
   float* y = nullptr;
@@ -48,7 +48,8 @@ struct Mat {
   int64_t item0 = 0;  // its first item (an item never spans two matrices: one perm per block)
 };
 
-// The shape shared by the matrices of a launch.
+// The shape shared by the matrices of a launch (n_in counts columns of x; chunks, groups and units
+// code columns: 2:4 matrices have half as many).
 struct Geo {
   int n_in, chunks, groups, units;
   uint32_t gmagic;  // group of unit u: umulhi(u, gmagic), or u when 0 (group 32)
@@ -79,12 +80,12 @@ struct Args {
   const int64_t* acc_in;    // x reads x + acc_in
 };
 
-// The launchers, one instantiation per bit width (2, 3, 4, 8) each.
-template <int BITS>
+// The launchers, one instantiation per bit width (2, 3, 4, 8) and for 2:4 sparse int4 (SP) each.
+template <int BITS, bool SP>
 Status launch_grid(const Args& a, Stream s);  // gemv_kernel: a.ks blocks per item
-template <int BITS>
+template <int BITS, bool SP>
 int cluster_size(const Args& a);  // the cluster size launch_grid gives a (0: scratch sums)
-template <int BITS>
+template <int BITS, bool SP>
 Status launch_dequant(const Mat& mt, const Geo& g, int64_t slots, void* out, Stream s);
 
 }  // namespace lithe::cuda::gemv_impl

@@ -58,7 +58,14 @@
 // - Every output element is a function of its own x row only (an MMA column does not see the
 //   others; hi and lo are accumulated apart and added last), so row i of y is the same bits
 //   whatever m is.
-// Instantiations: bits {2, 3, 4, 8} x M {1, 2, 4, 8, 16} (m rounded up; x rows >= m are zero,
+// - 2:4 sparse int4 (SP; gq_gemv_layout.h): the codes are the kept half, the sparse A operand of
+//   mma.sp m16n8k32 with the same fragment order and dequantization; each code k16 block is one
+//   mma.sp over 32 columns of x (two staged k16 blocks: one uint4 per lane), its meta word loaded
+//   beside the codes (Chunk::hi). Block ranges, staging and the x^2 sums count columns of x, twice
+//   the code columns. On an H100 a Llama-2-7B 2:4 + int4 g128 decode runs 15% faster than int4 g128
+//   (bench/RESULTS.md, twenty-sixth session).
+// Instantiations: bits {2, 3, 4, 8} and 2:4 int4 x M {1, 2, 4, 8, 16} (m rounded up; x rows >= m are
+// zero) x {one to three matrices, act-order, swiglu}.
 #pragma once
 
 #include <algorithm>
@@ -83,7 +90,7 @@ __device__ __forceinline__ Tiles<R> tiles_of(const Args& a, int64_t item, int w,
     t.tile[r] = valid ? tile : tiles - 1;
     const int64_t slot0 = t.tile[r] * a.g.chunks * 32 + lane;
     t.cp[r] = mt.codes + slot0;
-    t.hp[r] = Codec<BITS>::kHi ? mt.hi + slot0 : nullptr;
+    t.hp[r] = mt.hi + slot0;  // int3's hi bits or 2:4 meta words (else never read)
     t.rp[r] = opaque(mt.recs + t.tile[r] * a.g.groups * 8 + lane / 4);
     t.y[r] = mt.y;
     t.n_out[r] = mt.n_out;
@@ -100,16 +107,16 @@ struct Batch {
 };
 
 // Issues the batch at chunk b of this warp's range [.., end).
-template <int BITS, int R, int U>
+template <int BITS, bool SP, int R, int U>
 __device__ __forceinline__ void load_batch(const Geo& g, const Tiles<R>& t, int b, int end, Batch<BITS, R, U>& bt) {
-  using C = Codec<BITS>;
+  using C = Codec<BITS, SP>;
   // The batch's lane pointers once (one wide multiply-add each); chunk u is then an immediate offset.
   const uint4* cb[R];
   const uint2* hb[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     cb[r] = t.cp[r] + static_cast<uint32_t>(b) * 32u;
-    hb[r] = C::kHi ? t.hp[r] + static_cast<uint32_t>(b) * 32u : nullptr;
+    hb[r] = C::kHi || C::kMeta ? t.hp[r] + static_cast<uint32_t>(b) * 32u : nullptr;
   }
 #pragma unroll
   for (int u = 0; u < U; ++u) {
@@ -118,7 +125,7 @@ __device__ __forceinline__ void load_batch(const Geo& g, const Tiles<R>& t, int 
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         bt.v[r][u].lo = ld_stream(cb[r] + u * 32);
-        if constexpr (C::kHi) bt.v[r][u].hi = ld_stream(hb[r] + u * 32);
+        if constexpr (C::kHi || C::kMeta) bt.v[r][u].hi = ld_stream(hb[r] + u * 32);
 #pragma unroll
         for (int k = 0; k < C::kUnits; ++k) {
           const int unit = min(c * C::kUnits + k, g.units - 1);  // a padding unit: any record
@@ -129,18 +136,18 @@ __device__ __forceinline__ void load_batch(const Geo& g, const Tiles<R>& t, int 
 }
 
 // Asks L2 for the batch at chunk b of this warp's range [.., end) (lane 0: the codes, int3's high
-// bits and the records of the batch's groups of each of the R tiles), so that more of the stream is
-// in flight than the registers hold (Args::pf batches ahead of the loads).
-template <int BITS, int R, int U>
+// bits or 2:4 meta words and the records of the batch's groups of each of the R tiles), so that more
+// of the stream is in flight than the registers hold (Args::pf batches ahead of the loads).
+template <int BITS, bool SP, int R, int U>
 __device__ __forceinline__ void prefetch_batch(const Geo& g, const Tiles<R>& t, int b, int end, int lane) {
-  using C = Codec<BITS>;
+  using C = Codec<BITS, SP>;
   if (lane != 0 || b >= end) return;
   const uint32_t n = static_cast<uint32_t>(min(U, end - b));
   const int g0 = group_of(g, b * C::kUnits), g1 = group_of(g, min((b + static_cast<int>(n)) * C::kUnits, g.units) - 1);
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     detail::prefetch_l2(t.cp[r] + static_cast<uint32_t>(b) * 32u, n * 512u);
-    if constexpr (C::kHi) detail::prefetch_l2(t.hp[r] + static_cast<uint32_t>(b) * 32u, n * 256u);
+    if constexpr (C::kHi || C::kMeta) detail::prefetch_l2(t.hp[r] + static_cast<uint32_t>(b) * 32u, n * 256u);
     detail::prefetch_l2(t.rp[r] + static_cast<uint32_t>(g0) * 8u, static_cast<uint32_t>(g1 - g0 + 1) * 64u);
   }
 }
@@ -297,10 +304,11 @@ __device__ __forceinline__ void cluster_sum(const Args& a, int64_t item, float (
 // Dynamic shared memory: the block's k-range of x as B fragments, uint4 [span / 32][2M][4]: for
 // k16 blocks 2p and 2p + 1, fragment row n (n < M: hi of x row n, else lo of x row n - M), quad t:
 // (b0b1, b2b3) of block 2p, then of block 2p + 1.
-// PERM: act-order (x gathered by the matrix's perm). R = 2: swiglu over two tiles per warp.
-template <int BITS, int M, int R, bool PERM>
+// PERM: act-order (x gathered by the matrix's perm). R = 2: swiglu over two tiles per warp. SP: 2:4
+// sparse (a chunk's code columns cover twice as many columns of x: span and col0 count x's).
+template <int BITS, bool SP, int M, int R, bool PERM>
 __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(const Args a) {
-  using C = Codec<BITS>;
+  using C = Codec<BITS, SP>;
   constexpr int U = loads_of(BITS) / R;
   constexpr int SR = 2 * M;                 // B rows: hi of x rows 0..M-1, then lo
   constexpr int NB = SR <= 8 ? 1 : SR / 8;  // n8 blocks
@@ -315,12 +323,12 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
   bool has_tile;  // warp-uniform
   const Tiles<R> t = tiles_of<BITS, R>(a, item, warp, lane, has_tile);
   const int begin = ks * a.cpb, end = min(begin + a.cpb, a.g.chunks);  // the block's chunks
-  const int span = a.cpb * C::kSpan, col0 = begin * C::kSpan;           // its staged columns
+  const int span = a.cpb * C::kSpan * C::kXs, col0 = begin * C::kSpan * C::kXs;  // its staged columns of x
 
   Batch<BITS, R, U> cur;
   if (has_tile) {
-    load_batch<BITS, R, U>(a.g, t, begin, end, cur);
-    for (int d = 1; d <= a.pf0; ++d) prefetch_batch<BITS, R, U>(a.g, t, begin + d * U, end, lane);
+    load_batch<BITS, SP, R, U>(a.g, t, begin, end, cur);
+    for (int d = 1; d <= a.pf0; ++d) prefetch_batch<BITS, SP, R, U>(a.g, t, begin + d * U, end, lane);
   }
   detail::pdl_wait();  // x, y and the scratch belong to the previous kernel until here
 
@@ -419,8 +427,9 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
           }
           run_group = grp;
         }
-        // B fragments of the unit's two k16 blocks: one uint4 per n8 block.
-        mma_unit<BITS, R, NB, U>(sum, bt.v, u, k, xs_lane + ((c - begin) * (C::kBlocks / 2) + k) * SR * 4);
+        // B fragments of the unit's two k16 blocks (SP: four, two per mma.sp): one uint4 per n8 block.
+        mma_unit<BITS, SP, R, NB, U>(sum, bt.v, u, k, xs_lane + ((c - begin) * (C::kBlocks / 2) + k) * C::kXs * SR * 4,
+                                     SR * 4);
       }
     }
   };
@@ -430,12 +439,12 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
   const int ahead = a.pf * U;  // the prefetch runs this many chunks ahead of the loads
 #pragma unroll 1
   for (int b = begin; has_tile && b < end; b += 2 * U) {
-    if (b + U < end) load_batch<BITS, R, U>(a.g, t, b + U, end, nxt);
-    if (ahead > 0) prefetch_batch<BITS, R, U>(a.g, t, b + U + ahead, end, lane);
+    if (b + U < end) load_batch<BITS, SP, R, U>(a.g, t, b + U, end, nxt);
+    if (ahead > 0) prefetch_batch<BITS, SP, R, U>(a.g, t, b + U + ahead, end, lane);
     multiply(cur, b);
     if (b + U >= end) break;
-    if (b + 2 * U < end) load_batch<BITS, R, U>(a.g, t, b + 2 * U, end, cur);
-    if (ahead > 0) prefetch_batch<BITS, R, U>(a.g, t, b + 2 * U + ahead, end, lane);
+    if (b + 2 * U < end) load_batch<BITS, SP, R, U>(a.g, t, b + 2 * U, end, cur);
+    if (ahead > 0) prefetch_batch<BITS, SP, R, U>(a.g, t, b + 2 * U + ahead, end, lane);
     multiply(nxt, b + U);
   }
 #pragma unroll
@@ -567,10 +576,11 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
 }
 
 // Dynamic shared memory of a launch: the B fragments, span / 32 k16-block pairs x 2M rows x 4
-// quads x 16 bytes.
-template <int BITS, int M>
+// quads x 16 bytes (span in columns of x).
+template <int BITS, bool SP, int M>
 size_t smem_of(int cpb) {
-  return static_cast<size_t>(cpb) * Codec<BITS>::kSpan / 32 * (2 * M) * 4 * 16;
+  using C = Codec<BITS, SP>;
+  return static_cast<size_t>(cpb) * C::kSpan * C::kXs / 32 * (2 * M) * 4 * 16;
 }
 
 // Cluster sums (gemv_kernel) where asked (Args::cluster), 2 <= ks <= 8 and this kernel's clusters
@@ -589,11 +599,11 @@ inline int cluster_for(const Args& a, const void* kernel, size_t smem) {
   return detail::max_active_clusters(kernel, cfg, a.ks) >= a.items + a.items / 8 ? 1 : 0;
 }
 
-template <int BITS, int M, int R, bool PERM>
+template <int BITS, bool SP, int M, int R, bool PERM>
 Status launch(const Args& a, Stream s) {
   static std::atomic<uint64_t> opted{0};
-  auto* kernel = gemv_kernel<BITS, M, R, PERM>;
-  const size_t smem = smem_of<BITS, M>(a.cpb);
+  auto* kernel = gemv_kernel<BITS, SP, M, R, PERM>;
+  const size_t smem = smem_of<BITS, SP, M>(a.cpb);
   LITHE_TRY(detail::allow_smem(kernel, opted, smem, "gq gemv_kernel"));
   const dim3 grid(static_cast<unsigned>(a.items * a.ks));
   Args b = a;
@@ -619,16 +629,16 @@ auto with_kernel(const Args& a, F&& f) {
   return by_m.template operator()<1, false>();
 }
 
-template <int BITS>
+template <int BITS, bool SP>
 Status launch_grid(const Args& a, Stream s) {
-  return with_kernel(a, [&]<int M, int R, bool PERM>() { return launch<BITS, M, R, PERM>(a, s); });
+  return with_kernel(a, [&]<int M, int R, bool PERM>() { return launch<BITS, SP, M, R, PERM>(a, s); });
 }
 
-template <int BITS>
+template <int BITS, bool SP>
 int cluster_size(const Args& a) {
   return with_kernel(a, [&]<int M, int R, bool PERM>() {
-    return cluster_for(a, reinterpret_cast<const void*>(gemv_kernel<BITS, M, R, PERM>), smem_of<BITS, M>(a.cpb)) ? a.ks
-                                                                                                            : 0;
+    auto* kernel = gemv_kernel<BITS, SP, M, R, PERM>;
+    return cluster_for(a, reinterpret_cast<const void*>(kernel), smem_of<BITS, SP, M>(a.cpb)) ? a.ks : 0;
   });
 }
 

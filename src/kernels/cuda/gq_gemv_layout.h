@@ -15,7 +15,21 @@
 //   hi     [tiles][chunks][32] 8-byte chunks         (int3 only)
 //   recs   [tiles][n_groups][8][2] u32: row g, row g + 8 of the tile; f16 scale | f16 -(1024 + zero) << 16
 //   perm   [n_in] i32                                (act-order only)
-// Sections start at multiples of 256 bytes; PackedWeight::section[0..3] = codes, hi, recs, perm.
+//   meta   [tiles][chunks][32] 8-byte chunks         (2:4 sparse only, below; in hi's place)
+// Sections start at multiples of 256 bytes; PackedWeight::section[0..3] = codes, hi (or meta), recs,
+// perm.
+//
+// 2:4 sparse int4 (runs_sparse: the descriptor's fmt.sparse24, set by the packer only where it
+// runs so; other 2:4 matrices are packed dense). The weights are the sparse A operand of mma.sp
+// m16n8k32: the layout above holds a "code matrix" of n_in / 2 columns, the two kept codes of each
+// aligned run of 4 columns (a "quad" q of columns 4q..4q + 3: code column 2q + e is its kept code e,
+// the lower position first), with groups of group / 2 code columns, so a chunk's 4 k16 blocks of
+// code columns are 4 k32 blocks (128 columns) of x. Kept are the codes != zero point (at most 2,
+// validate() checks) and, where fewer, the lowest other positions (code == zero point: weight 0).
+// Meta word k of lane l = 4g + t of a chunk serves the MMAs of code blocks 2k and 2k + 1 (the
+// sparsity selector s = t >> 1 picks block 2k + s; lanes t = 2s, 2s + 1 give its metadata): bits
+// 0..15 row g, 16..31 row g + 8; nibble c (bits 4c..) of a row: quad 4 (t & 1) + c of the block's
+// 8, kept positions e0 | e1 << 2 (e0 < e1; padding quads past n_in: 0, 1).
 //
 // Pairs. A chunk holds 4 * kblocks f16 pairs q: pair q is A-fragment register reg = q % 4 of k16
 // block kb = q / 4: row g + 8 * (reg & 1), columns 16 kb + 2t + 8 (reg >> 1) + {0 (low half), 1}
@@ -80,21 +94,37 @@ constexpr int half_at(int c) { return c % 2; }
 
 inline int64_t align_up(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
-// Sizes and section offsets of a packed matrix.
+// Whether a 2:4 matrix of format f runs as sparse (else dense): int4, n_in and group multiples of 64
+// (a 32-column unit of code columns, 64 of x, never straddles a group).
+inline bool runs_sparse(const QuantFormat& f, int64_t n_in) {
+  return f.sparse24 && f.bits == 4 && n_in % 64 == 0 && f.group % 64 == 0;
+}
+// Columns of x per code column: 2 for sparse matrices.
+constexpr int x_per_code(bool sparse) { return sparse ? 2 : 1; }
+// The meta word of lane l for 2:4 quad `quad` (0..7) of code block kb (0..3) of a chunk, row r of
+// the tile: lane, word and bit of its nibble.
+constexpr int meta_lane(int r, int kb, int quad) { return 4 * (r % 8) + 2 * (kb % 2) + quad / 4; }
+constexpr int meta_word(int kb) { return kb / 2; }
+constexpr int meta_bit(int r, int quad) { return 16 * (r / 8) + 4 * (quad % 4); }
+
+// Sizes and section offsets of a packed matrix (f.sparse24: the sparse layout; chunks, groups and
+// units count code columns).
 struct Geometry {
   int64_t tiles = 0, chunks = 0, groups = 0, units = 0;
   int64_t codes = 0, hi = 0, recs = 0, perm = 0, bytes = 0;  // byte offsets, total
 };
 inline Geometry geometry(const QuantFormat& f, int64_t n_out, int64_t n_in, bool has_perm) {
   Geometry g;
+  const int xs = x_per_code(f.sparse24);
+  const int64_t cols = n_in / xs, group = f.group / xs;  // code columns
   g.tiles = (n_out + kTileRows - 1) / kTileRows;
-  g.chunks = (n_in + chunk_span(f.bits) - 1) / chunk_span(f.bits);
-  g.groups = f.group > 0 ? (n_in + f.group - 1) / f.group : 0;
-  g.units = n_in / kUnitCols;
+  g.chunks = (cols + chunk_span(f.bits) - 1) / chunk_span(f.bits);
+  g.groups = group > 0 ? (cols + group - 1) / group : 0;
+  g.units = cols / kUnitCols;
   const int64_t lanes = g.tiles * g.chunks * 32;
   g.codes = 0;
   g.hi = align_up(lanes * 16);
-  g.recs = align_up(g.hi + (f.bits == 3 ? lanes * 8 : 0));
+  g.recs = align_up(g.hi + (f.bits == 3 || f.sparse24 ? lanes * 8 : 0));
   g.perm = align_up(g.recs + g.tiles * g.groups * kTileRows * 4);
   g.bytes = align_up(g.perm + (has_perm ? n_in * 4 : 0));
   return g;

@@ -19,12 +19,16 @@ using detail::inv_rms_of;
 using detail::lop3_and_or;
 using detail::ld_stream;
 
-template <int BITS>
+// SP: 2:4 sparse (gq_gemv_layout.h): the chunk's columns are code columns, each 2 of x.
+template <int BITS, bool SP = false>
 struct Codec {
-  static constexpr int kBlocks = L::kblocks(BITS);       // k16 blocks per chunk
-  static constexpr int kSpan = L::chunk_span(BITS);      // columns per chunk
+  static constexpr int kBlocks = L::kblocks(BITS);       // k16 blocks (of code columns) per chunk
+  static constexpr int kSpan = L::chunk_span(BITS);      // code columns per chunk
   static constexpr int kUnits = kSpan / L::kUnitCols;    // scale records per chunk and row
   static constexpr bool kHi = BITS == 3;
+  static constexpr bool kMeta = SP;                      // Chunk::hi holds the meta words
+  static constexpr int kXs = L::x_per_code(SP);          // columns of x per code column
+  static_assert(!SP || BITS == 4, "2:4 sparse runs int4 (L::runs_sparse)");
 };
 
 struct Chunk {
@@ -60,6 +64,17 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
       "{%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// d += A (16 x 32, f16, 2:4 sparse: its 16 x 16 kept values as mma's A fragment, meta e) * B
+// (32 x 8: two k16 blocks' b0b1, b2b3), f32; the sparsity selector SEL picks the lanes giving e.
+template <int SEL>
+__device__ __forceinline__ void mma_sp(float (&d)[4], const uint32_t (&a)[4], const uint4& b, uint32_t e) {
+  asm volatile(
+      "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9, %10, %11}, {%0, %1, %2, %3}, %12, %13;"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y), "r"(b.z), "r"(b.w), "r"(e), "n"(SEL));
 }
 
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int w) {
@@ -179,13 +194,18 @@ __device__ __forceinline__ void start_run(Sums<NB>& s, uint2 rec) {
   s.scale[1] = scale_of(rec.y);
 }
 
-// Unit k (two k16 blocks) of chunk v[r][u] of each of the R tiles against the x fragments at xp
-// (one uint4 per n8 block, 32 uint4 apart: see gemv_kernel's shared memory).
-template <int BITS, int R, int NB, int U>
-__device__ __forceinline__ void mma_unit(Sums<NB> (&sum)[R], const Chunk (&v)[R][U], int u, int k, const uint4* xp) {
-  uint4 bf[NB];
+// Unit k (two k16 blocks of code columns) of chunk v[r][u] of each of the R tiles against the x
+// fragments at xp: one uint4 per n8 block, 32 uint4 apart, for 32 columns of x (see gemv_kernel's
+// shared memory); SP: 64 columns, the second 32 at xp + pair (each code block is one mma.sp over
+// 32 columns of x, its meta word k, selector kb2).
+template <int BITS, bool SP, int R, int NB, int U>
+__device__ __forceinline__ void mma_unit(Sums<NB> (&sum)[R], const Chunk (&v)[R][U], int u, int k, const uint4* xp,
+                                         int pair) {
+  uint4 bf[SP ? 2 : 1][NB];
 #pragma unroll
-  for (int nb = 0; nb < NB; ++nb) bf[nb] = xp[nb * 8 * 4];
+  for (int h = 0; h < (SP ? 2 : 1); ++h)
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb) bf[h][nb] = xp[h * pair + nb * 8 * 4];
 #pragma unroll
   for (int kb2 = 0; kb2 < 2; ++kb2) {
     const int kb = 2 * k + kb2;
@@ -195,7 +215,15 @@ __device__ __forceinline__ void mma_unit(Sums<NB> (&sum)[R], const Chunk (&v)[R]
 #pragma unroll
       for (int reg = 0; reg < 4; ++reg) av[reg] = pair_values<BITS>(v[r][u], 4 * kb + reg, sum[r].add[reg]);
 #pragma unroll
-      for (int nb = 0; nb < NB; ++nb) mma(sum[r].run[nb], av, kb2 ? bf[nb].z : bf[nb].x, kb2 ? bf[nb].w : bf[nb].y);
+      for (int nb = 0; nb < NB; ++nb) {
+        if constexpr (SP) {
+          const uint32_t e = k ? v[r][u].hi.y : v[r][u].hi.x;  // L::meta_word(kb) = k
+          if (kb2) mma_sp<1>(sum[r].run[nb], av, bf[1][nb], e);
+          else mma_sp<0>(sum[r].run[nb], av, bf[0][nb], e);
+        } else {
+          mma(sum[r].run[nb], av, kb2 ? bf[0][nb].z : bf[0][nb].x, kb2 ? bf[0][nb].w : bf[0][nb].y);
+        }
+      }
     }
   }
 }

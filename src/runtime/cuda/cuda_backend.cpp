@@ -122,8 +122,8 @@ bool gemv_fuses(std::span<const Tensor* const> ws, int64_t m, cuda::Epilogue e) 
   for (const Tensor* w : ws) {
     const PackedWeight* p = w->packed();
     if (w->dtype() != DType::gq || p == nullptr || w->device() != Device::cuda || p->layout != cuda::kLayoutGemv ||
-        p->fmt.bits != p0->fmt.bits || p->fmt.group != p0->fmt.group || p->n_in != p0->n_in ||
-        p->has_perm != p0->has_perm)
+        p->fmt.bits != p0->fmt.bits || p->fmt.group != p0->fmt.group || p->fmt.sparse24 != p0->fmt.sparse24 ||
+        p->n_in != p0->n_in || p->has_perm != p0->has_perm)
       return false;
   }
   if (e == cuda::Epilogue::swiglu) return ws.size() == 2 && !p0->has_perm && ws[1]->packed()->n_out == p0->n_out;

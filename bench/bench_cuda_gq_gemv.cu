@@ -259,8 +259,7 @@ void bench_layer(Bench& c, const Format& fm, const std::vector<int>& ms) {
     bool norm;
     cuda::GemvResidual r;
   };
-  const char* defer_env = std::getenv("LITHE_GEMV_DEFER");
-  const bool defer = defer_env == nullptr || std::string(defer_env) != "0";
+  const bool defer = !knob_off("LITHE_GEMV_DEFER");
   int64_t* acc;  // [2][mmax * d]
   CK(cudaMalloc(&acc, static_cast<size_t>(2 * mmax * d) * 8));
   CK(cudaMemset(acc, 0, static_cast<size_t>(2 * mmax * d) * 8));

@@ -155,9 +155,7 @@ int main(int argc, char** argv) {
   Bench b = open_bench(argc, argv, {{"--all", &all}, {"--sparse", &sparse}});
   const cudaDeviceProp& p = b.prop;
   std::printf("marlin: int4 g128 sym; PDL between its two kernels %s (LITHE_MARLIN_PDL=0 turns it off)\n",
-              p.major >= 9 && !(std::getenv("LITHE_MARLIN_PDL") && std::strcmp(std::getenv("LITHE_MARLIN_PDL"), "0") == 0)
-                  ? "on"
-                  : "off");
+              p.major >= 9 && !knob_off("LITHE_MARLIN_PDL") ? "on" : "off");
   std::printf("targets (issue 7): speedup >= 3.3x at m 1..16, >= 1.0x at m 128; at m 1, gate/up under "
               "PyTorch _weight_int4pack_mm's 21 us for the 11008x4096 weight (H200)\n\n");
 

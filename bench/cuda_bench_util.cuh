@@ -111,6 +111,12 @@ inline double rel_diff(const float* got, const float* want, size_t n) {
   return mag > 0 ? diff / mag : diff;
 }
 
+// Whether the environment turns engine knob `name` off ("0"), as the engine reads it.
+inline bool knob_off(const char* name) {
+  const char* e = std::getenv(name);
+  return e != nullptr && std::strcmp(e, "0") == 0;
+}
+
 // The batch sizes of BENCH_M=1,8 (a comma-separated list), or `dflt` when it is unset; exits 2 on a
 // malformed list.
 inline std::vector<int> batches_from_env(std::vector<int> dflt) {

@@ -351,6 +351,10 @@ std::vector<std::pair<QuantFormat, bool>> gq_cases() {
   f24.sparse24 = true;
   return {{f4, false}, {f3, false}, {f4, true}, {f24, false}};
 }
+// A backend test case's trace: format, act-order, width (`what` n) and rows.
+std::string gq_case(const QuantFormat& f, bool act, const char* what, int64_t n, int64_t m) {
+  return format_name(f, n) + (act ? " act-order " : " ") + what + " " + std::to_string(n) + " m " + std::to_string(m);
+}
 // A random gq matrix prepared by both backends, appended to wc (cpu) and wg (gpu).
 void quantized_both(Both& b, const QuantFormat& f, int64_t n_out, int64_t n_in, uint32_t seed, bool act,
                     std::vector<Tensor>& wc, std::vector<Tensor>& wg) {
@@ -373,8 +377,7 @@ TEST(CudaBackend, GqProjectionsMatchCpu) {
   for (const auto& [f, act] : gq_cases())
     for (int64_t n_in : {576, 4096})
       for (int64_t m : {1, 3, 9, 16, 17}) {
-        SCOPED_TRACE(format_name(f, n_in) + (act ? " act-order" : "") + " n_in " + std::to_string(n_in) + " m " +
-                     std::to_string(m));
+        SCOPED_TRACE(gq_case(f, act, "n_in", n_in, m));
         const int64_t n_q = n_in, n_kv = n_in / 3, ff = 2 * n_in + 64;
         Tensor nw = rand_host(DType::f32, {n_in}, seed++, 0.3f);
         for (int64_t i = 0; i < n_in; ++i) nw.data_as<float>()[i] += 1.0f;
@@ -424,8 +427,7 @@ TEST(CudaBackend, DeferredResidualSumsMatchCpu) {
   for (const auto& [f, act] : gq_cases())
     for (int64_t d : {576, 4096})
       for (int64_t m : {1, 3, 16, 17}) {
-        SCOPED_TRACE(format_name(f, d) + (act ? " act-order" : "") + " d " + std::to_string(d) + " m " +
-                     std::to_string(m));
+        SCOPED_TRACE(gq_case(f, act, "d", d, m));
         const int64_t ff = 2 * d + 64;
         std::vector<Tensor> wc, wg;
         for (const auto& [n_out, n_in] : std::vector<std::pair<int64_t, int64_t>>{

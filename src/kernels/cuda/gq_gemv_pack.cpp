@@ -28,11 +28,11 @@ Status gemv_supports(const QuantFormat& f, int64_t n_out, int64_t n_in) {
 
 namespace {
 
-// A little-endian 32-bit word of the packed bytes: the `width` bits at `bit` set to v.
-void put_bits(uint8_t* word, uint32_t v, int bit, int width = 32) {
+// A little-endian 32-bit word of the packed bytes: the `width` (<= 8) bits at `bit` set to v.
+void put_bits(uint8_t* word, uint32_t v, int bit, int width) {
   uint32_t w;
   std::memcpy(&w, word, 4);
-  const uint32_t mask = (width == 32 ? ~0u : (1u << width) - 1) << bit;
+  const uint32_t mask = ((1u << width) - 1) << bit;
   w = (w & ~mask) | (v << bit & mask);
   std::memcpy(word, &w, 4);
 }

@@ -548,7 +548,7 @@ class CudaBackend final : public Backend {
 
   // ys[j] (+)= x · ws[j]ᵀ for one epilogue: the matvec kernel for few rows, cuBLAS otherwise. With
   // `norm` the input is rmsnorm(x), folded into the matvec kernel (callers check norm_folds).
-  // `res` (GemvResidual): for GEMV launches only (project_gq where gemv_fuses).
+  // `res` (GemvResidual): for GEMV launches only (project_gq where gemv_fuses; checked here).
   Status project(std::span<const Tensor* const> ws, std::span<Tensor*> ys, const Tensor& x, int64_t m,
                  cuda::Epilogue e, const InputNorm* norm = nullptr, const cuda::MatvecRope* rope = nullptr,
                  const cuda::GemvResidual* res = nullptr) {
@@ -565,9 +565,10 @@ class CudaBackend final : public Backend {
       if (!matvec_path(*ws[0], m) && !gemv_fuses(ws, m, e))
         return error(StatusCode::internal, "a folded rmsnorm reached the GEMM path");
     }
+    if (res != nullptr && (res->add != nullptr || res->in != nullptr) &&
+        !(ws[0]->dtype() == DType::gq && gemv_fuses(ws, m, e)))
+      return error(StatusCode::internal, "deferred residual sums reached a projection other than the GEMV");
     if (ws[0]->dtype() == DType::gq) return project_gq(ws, ys, x, m, e, norm, rope, res);
-    if (res != nullptr && (res->add != nullptr || res->in != nullptr))
-      return error(StatusCode::internal, "deferred residual sums reached a dense projection");
     LITHE_ASSIGN(cuda::WeightType wt, weight_type(*ws[0]));
     for (size_t j = 0; j < ws.size(); ++j) {
       LITHE_TRY(check_weight(*ws[j], "linear weight"));
@@ -614,8 +615,6 @@ class CudaBackend final : public Backend {
       if (norm != nullptr) mn = {norm->weight->data_as<float>(), norm->eps};
       return cuda::gemv(outs, n, x.data_as<float>(), m, e, scratch, bytes, stream_, mn, rope, res);
     }
-    if (res != nullptr && (res->add != nullptr || res->in != nullptr))
-      return error(StatusCode::internal, "deferred residual sums reached a projection other than the GEMV");
     if ((e != cuda::Epilogue::store && e != cuda::Epilogue::accumulate) || norm != nullptr)
       return error(StatusCode::internal, "gq weights reached a fused epilogue or norm their kernel cannot run");
     const bool acc = e == cuda::Epilogue::accumulate;

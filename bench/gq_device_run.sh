@@ -42,6 +42,14 @@
 #   bash bench/gq_device_run.sh profile_qgemm SHAPE M [SHAPE M ...]
 #                                         the same on the Marlin GEMM of bench_cuda_qgemm's row
 #                                         (layer name containing SHAPE, batch M), after its warm-up
+#   bash bench/gq_device_run.sh ppl       the default model's perplexity through every CUDA kernel
+#                                         against its dequantized reference, each format
+#                                         (tests/py/test_gq_runtime.py -k cuda; the model sent in
+#                                         parts, pytest carried as wheels in .whl/pytest if missing)
+#   bash bench/gq_device_run.sh peer      PyTorch's int4 kernel (_weight_int4pack_mm, bench/torch_int4pack.py)
+#                                         and cuBLAS f16 through torch, then lithe's GEMV (m = 1, 8, 16)
+#                                         and Marlin GEMM (m = 1-128) on the same shapes, then torch again
+#                                         (after building bench_cuda_gq_gemv and bench_cuda_qgemm)
 # Logs go to $OUT (or out/device).
 set -uo pipefail
 source "$(dirname "$0")/device_common.sh"
@@ -204,6 +212,20 @@ PY
       done
     done
     ;;
+  ppl)
+    assemble_model; bash scripts/make-data.sh
+    python3 -c 'import pytest' 2>/dev/null || python3 -m pip install -q --no-index --find-links .whl/pytest pytest
+    LITHE_TEST_CUDA=1 LITHE_BIN=$L python3 -m pytest -q -s -k cuda tests/py/test_gq_runtime.py > "$OUT/ppl.txt" 2>&1
+    grep -E "^ppl |passed|failed|Error" "$OUT/ppl.txt" | tail -60
+    ;;
+  peer)
+    python3 bench/torch_int4pack.py --json "$OUT/torch_int4pack.json" 2>&1 | tee "$OUT/torch_int4pack.md"
+    BENCH_FORMAT=int4 BENCH_M=1,8,16 $B/bin/bench_cuda_gq_gemv --quick > "$OUT/gemv.md" 2>&1
+    grep -E "^\| (4096|11008)" "$OUT/gemv.md" | grep -v "x f16" | cut -c1-140
+    BENCH_M=1,8,16,32,64,128 $B/bin/bench_cuda_qgemm --quick --all > "$OUT/qgemm.md" 2>&1
+    grep -E "^\| [a-z]" "$OUT/qgemm.md" | grep -v "^| layer" | cut -c1-160 | head -60
+    python3 bench/torch_int4pack.py --m 1,16,128 2>&1 | tee "$OUT/torch_int4pack_2.md"
+    ;;
   knob)
     rounds=$2; shift 2
     for r in $(seq "$rounds"); do
@@ -245,5 +267,5 @@ PY
       shift 2
     done
     ;;
-  *) echo "usage: $0 build|kernels|e2e|verify|cluster|gemv_cluster|attn_single|knob|profile|profile_qgemm"; exit 2 ;;
+  *) echo "usage: $0 build|kernels|e2e|verify|cluster|gemv_cluster|attn_single|defer|sparse|ppl|peer|knob|profile|profile_qgemm"; exit 2 ;;
 esac

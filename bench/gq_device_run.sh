@@ -45,7 +45,8 @@
 #   bash bench/gq_device_run.sh ppl       the default model's perplexity through every CUDA kernel
 #                                         against its dequantized reference, each format
 #                                         (tests/py/test_gq_runtime.py -k cuda; the model sent in
-#                                         parts, pytest carried as wheels in .whl/pytest if missing)
+#                                         parts; where the image lacks pytest, `pip download pytest
+#                                         -d .whl/pytest` here and carry .whl/pytest)
 #   bash bench/gq_device_run.sh peer      PyTorch's int4 kernel (_weight_int4pack_mm, bench/torch_int4pack.py)
 #                                         and cuBLAS f16 through torch, then lithe's GEMV (m = 1, 8, 16)
 #                                         and Marlin GEMM (m = 1-128) on the same shapes, then torch again

@@ -101,8 +101,8 @@ Plan plan_of(const GemvOut* outs, int n_outs, Epilogue e, int sms) {
     p.items += detail::ceil_div(detail::ceil_div(outs[j].w->n_out, L::kTileRows), kWarps);
   const PackedWeight& w = *outs[0].w;
   const L::Geometry g = L::geometry(w.fmt, w.n_out, w.n_in, w.has_perm);
-  const int cols = L::chunk_span(w.fmt.bits) * L::x_per_code(w.fmt.sparse24);  // columns of x per chunk
-  p.split = pick_split(p.items, static_cast<int>(g.chunks), cols, loads_of(w.fmt.bits), sms);
+  p.split = pick_split(p.items, static_cast<int>(g.chunks), L::x_span(w.fmt.bits, w.fmt.sparse24),
+                       loads_of(w.fmt.bits), sms);
   if (p.split.ks > 1) {
     p.counter_bytes = (p.items * 4 + 255) / 256 * 256;
     p.scratch_bytes = p.counter_bytes + p.items * p.split.ks * (R * kMaxM * kItemRows + kMaxM) * 4;

@@ -323,7 +323,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
   bool has_tile;  // warp-uniform
   const Tiles<R> t = tiles_of<BITS, R>(a, item, warp, lane, has_tile);
   const int begin = ks * a.cpb, end = min(begin + a.cpb, a.g.chunks);  // the block's chunks
-  const int span = a.cpb * C::kSpan * C::kXs, col0 = begin * C::kSpan * C::kXs;  // its staged columns of x
+  const int span = a.cpb * C::kXSpan, col0 = begin * C::kXSpan;  // its staged columns of x
 
   Batch<BITS, R, U> cur;
   if (has_tile) {
@@ -579,8 +579,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
 // quads x 16 bytes (span in columns of x).
 template <int BITS, bool SP, int M>
 size_t smem_of(int cpb) {
-  using C = Codec<BITS, SP>;
-  return static_cast<size_t>(cpb) * C::kSpan * C::kXs / 32 * (2 * M) * 4 * 16;
+  return static_cast<size_t>(cpb) * Codec<BITS, SP>::kXSpan / 32 * (2 * M) * 4 * 16;
 }
 
 // Cluster sums (gemv_kernel) where asked (Args::cluster), 2 <= ks <= 8 and this kernel's clusters

@@ -101,6 +101,8 @@ inline bool runs_sparse(const QuantFormat& f, int64_t n_in) {
 }
 // Columns of x per code column: 2 for sparse matrices.
 constexpr int x_per_code(bool sparse) { return sparse ? 2 : 1; }
+// Columns of x a chunk covers.
+constexpr int x_span(int bits, bool sparse) { return chunk_span(bits) * x_per_code(sparse); }
 // The meta word of lane l for 2:4 quad `quad` (0..7) of code block kb (0..3) of a chunk, row r of
 // the tile: lane, word and bit of its nibble.
 constexpr int meta_lane(int r, int kb, int quad) { return 4 * (r % 8) + 2 * (kb % 2) + quad / 4; }

@@ -28,6 +28,7 @@ struct Codec {
   static constexpr bool kHi = BITS == 3;
   static constexpr bool kMeta = SP;                      // Chunk::hi holds the meta words
   static constexpr int kXs = L::x_per_code(SP);          // columns of x per code column
+  static constexpr int kXSpan = L::x_span(BITS, SP);     // columns of x per chunk
   static_assert(!SP || BITS == 4, "2:4 sparse runs int4 (L::runs_sparse)");
 };
 

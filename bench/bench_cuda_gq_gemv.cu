@@ -1,4 +1,5 @@
-// Group-quantized GEMV benchmark (cuda_gq.h: gemv_linear) on the Llama-2-7B decode shapes, against
+// Group-quantized GEMV benchmark (cuda_gq.h: gemv_linear) on the Llama-2-7B decode shapes (and the
+// 14336-wide MLP of Llama-3-8B / Mistral-7B), against
 // lithe's f16 matvec (cuda_ops.h: matvec) and cuBLAS f16 on the same weights dequantized to f16
 // (gemv_dequantize_f16), printing a markdown table.
 //
@@ -330,7 +331,7 @@ int main(int argc, char** argv) {
                                  {"int8 per-ch", 8, 0}, {"int4 g128 2:4", 4, 128, true}};
   if (const char* e = std::getenv("BENCH_FORMAT"))
     std::erase_if(formats, [&](const Format& f) { return std::strstr(f.name, e) == nullptr; });
-  const int64_t shapes[][2] = {{4096, 4096}, {4096, 11008}, {11008, 4096}};  // n_in x n_out
+  const int64_t shapes[][2] = {{4096, 4096}, {4096, 11008}, {11008, 4096}, {4096, 14336}, {14336, 4096}};  // n_in x n_out
   const std::vector<int> ms = batches_from_env(quick ? std::vector<int>{1, 8, 16} : std::vector<int>{1, 2, 4, 8, 16});
   std::vector<std::string> dequant_rows;
   int wrong_rows = 0;

@@ -13,6 +13,10 @@
 #   bash bench/gq_device_run.sh gemv_cluster [ROUNDS]
 #                                         the GEMV's cluster sums: GEMV and rope tests with them on
 #                                         and off (outputs hashed and compared), then `knob` on / off
+#   bash bench/gq_device_run.sh gemv_pass
+#                                         the GEMV's staging passes at M = 16: tests with passes forced
+#                                         and by default (outputs hashed and compared), then the single
+#                                         matrices at m = 16 with and without them
 #   bash bench/gq_device_run.sh attn_single [ROUNDS]
 #                                         decode attention's single-block path for short contexts:
 #                                         attention tests with it on and LITHE_ATTN_SINGLE=0 (outputs
@@ -123,7 +127,7 @@ case "${1:-}" in
       grep '^|' "$OUT/qgemm_wgmma$w.md" | cut -d'|' -f2,4,5,7,12,15,17 | grep -v -- "---"
     done
     BENCH_FORMAT=int4 $B/bin/bench_cuda_gq_gemv --quick > "$OUT/gq_gemv.md" 2>&1
-    grep -E "^\| (4096|11008|int4)" "$OUT/gq_gemv.md" | cut -c1-120
+    grep -E "^\| (4096|11008|14336|int4)" "$OUT/gq_gemv.md" | cut -c1-120
     ;;
   cluster)
     # The Marlin GEMM's cluster sums against its scratch sums (LITHE_MARLIN_CLUSTER=0), one binary:
@@ -169,6 +173,19 @@ PY
     same_bits LITHE_GEMV_CLUSTER LITHE_TEST_GEMV_HASH "gemv hash" 'CudaGqGemv*:CudaMatvecRope*' "$OUT/gemv_tests.txt" || exit 1
     bash "$0" knob "${2:-3}" LITHE_GEMV_CLUSTER=1 LITHE_GEMV_CLUSTER=0
     ;;
+  gemv_pass)
+    # The GEMV's staging passes at M = 16 (gq_gemv_grid.cuh: pass_of) against staging whole ranges
+    # (LITHE_GEMV_PASS=100000, the previous plan): the GEMV and rope tests with passes forced on every
+    # M = 16 launch (LITHE_GEMV_PASS=1: 8 chunks) and by default, outputs hashed (the bits must
+    # agree); then every format's single matrices at m = 16 (and int4 at 1 and 8) both ways.
+    same_bits LITHE_GEMV_PASS LITHE_TEST_GEMV_HASH "gemv hash" 'CudaGqGemv*:CudaMatvecRope*' "$OUT/gemv_tests.txt" || exit 1
+    for r in 1 2; do
+      for p in 0 100000; do
+        LITHE_GEMV_PASS=$p BENCH_M=16 $B/bin/bench_cuda_gq_gemv --quick > "$OUT/pass${p}_$r.md" 2>&1
+        echo "== round $r LITHE_GEMV_PASS=$p"; grep -E "^\| [0-9]" "$OUT/pass${p}_$r.md" | grep -v "x f16" | cut -c1-100
+      done
+    done
+    ;;
   attn_single)
     # Short contexts finished by one block against the split + merge (LITHE_ATTN_SINGLE=0): the
     # decode attention tests both ways, outputs hashed (the bits must agree), then `knob`.
@@ -198,7 +215,7 @@ PY
     $B/bin/lithe_cuda_tests --gtest_filter='CudaGqGemv*:CudaBackend*' > "$OUT/sparse_tests.txt" 2>&1
     echo "== tests"; grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure" "$OUT/sparse_tests.txt" | head -20
     BENCH_FORMAT=int4 BENCH_M=1,8,16 $B/bin/bench_cuda_gq_gemv --quick > "$OUT/sparse_gemv.md" 2>&1
-    grep -E "^\| (4096|11008|int4)" "$OUT/sparse_gemv.md" | grep -v "x f16" | cut -c1-120
+    grep -E "^\| (4096|11008|14336|int4)" "$OUT/sparse_gemv.md" | grep -v "x f16" | cut -c1-120
     # e2e: "dtype depth kernel [VAR=V]": tg128 at that depth (depth "pp": pp512 instead)
     for r in $(seq "${2:-2}"); do
       for setting in "int4-g128 0 gemv" "int4-g128-2:4 0 gemv" "int4-g128-2:4 0 gemv LITHE_GEMV_PREFETCH=0" \
@@ -222,7 +239,7 @@ PY
   peer)
     python3 bench/torch_int4pack.py --json "$OUT/torch_int4pack.json" 2>&1 | tee "$OUT/torch_int4pack.md"
     BENCH_FORMAT=int4 BENCH_M=1,8,16 $B/bin/bench_cuda_gq_gemv --quick > "$OUT/gemv.md" 2>&1
-    grep -E "^\| (4096|11008)" "$OUT/gemv.md" | grep -v "x f16" | cut -c1-140
+    grep -E "^\| (4096|11008|14336)" "$OUT/gemv.md" | grep -v "x f16" | cut -c1-140
     BENCH_M=1,8,16,32,64,128 $B/bin/bench_cuda_qgemm --quick --all > "$OUT/qgemm.md" 2>&1
     grep -E "^\| [a-z]" "$OUT/qgemm.md" | grep -v "^| layer" | cut -c1-160 | head -60
     python3 bench/torch_int4pack.py --m 1,16,128 2>&1 | tee "$OUT/torch_int4pack_2.md"
@@ -241,7 +258,7 @@ PY
       read -ra envs <<< "$setting"
       f="$OUT/gemv_$(echo "$setting" | tr -c 'A-Za-z0-9\n' '_').md"
       env "${envs[@]}" BENCH_FORMAT=int4 BENCH_M=1,8,16 $B/bin/bench_cuda_gq_gemv --quick > "$f" 2>&1
-      echo "== $setting"; grep -E "^\| (4096|11008|int4)" "$f" | grep -v "x f16" | cut -c1-100
+      echo "== $setting"; grep -E "^\| (4096|11008|14336|int4)" "$f" | grep -v "x f16" | cut -c1-100
     done
     ;;
   profile)

@@ -36,6 +36,12 @@ constexpr int kPrefetchBatches = 1;
 constexpr int kBlocksPerSm = 2;  // resident blocks per SM: the k-split fills one wave of them
 // Columns a block stages at most (bounds the staged x: M = 16 takes 2 KiB per 32 columns).
 constexpr int kMaxStagedCols = 2048;
+// Shared memory for staged x that leaves room for kBlocksPerSm blocks per SM (228 KiB on sm_90,
+// less 1 KiB a block and the kernel's static arrays): more is staged in passes (pass_of).
+constexpr size_t kMaxStagedBytes = 96 * 1024;
+// The kernels that stage in passes where needed: at M <= 8 kMaxStagedCols columns fit, and the
+// swiglu kernel at M = 16 runs one block per SM anyway (the pass code costs the others registers).
+constexpr bool can_pass(int m, int r) { return m == 16 && r == 1; }
 
 // One matrix: its sections on the device and its output.
 struct Mat {
@@ -61,6 +67,7 @@ struct Args {
   Geo g;
   int64_t items;  // kWarps tiles each, matrix by matrix (swiglu: the gate's tiles)
   int ks, cpb;    // blocks per item (k-split), chunks per block
+  int pass;       // chunks of x a block stages at once (the launcher's pass_of: cpb unless too large)
   int cluster;    // asked: 1 cluster sums where the split and the device allow (launch), 0 never;
                   // the kernel's: 1 this launch runs as clusters of ks blocks, 0 scratch sums
   int pf;         // batches a warp asks L2 for ahead of its loads (0: none)

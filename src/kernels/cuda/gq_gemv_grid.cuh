@@ -15,7 +15,8 @@
 //   is issued before the previous one is multiplied. Where it helps (gq_gemv.cu: prefetch_batches),
 //   lane 0 also asks L2 for the batch after each batch it loads (and, before the wait, for the
 //   second batch): more of the stream in flight than the registers hold.
-// - After the wait the block stages its k-range of x once for its 8 tiles, into shared memory as MMA
+// - After the wait the block stages its k-range of x once for its 8 tiles (at M = 16, where that
+//   would take more than kMaxStagedBytes, in passes: pass_of), into shared memory as MMA
 //   B fragments: each value gathered by perm (act-order), times the norm weight (folded RMSNorm),
 //   zero past n_in, and split into f16 hi = f16(x) and lo = f16(x - hi), so hi + lo carries ~22
 //   bits of x. (Staging per 16-row tile instead cost more instructions than the weights: ncu, H100.)
@@ -301,9 +302,9 @@ __device__ __forceinline__ void cluster_sum(const Args& a, int64_t item, float (
     if (rope && rank == 0) rope_kv_item<M>(a, item, part);
 }
 
-// Dynamic shared memory: the block's k-range of x as B fragments, uint4 [span / 32][2M][4]: for
-// k16 blocks 2p and 2p + 1, fragment row n (n < M: hi of x row n, else lo of x row n - M), quad t:
-// (b0b1, b2b3) of block 2p, then of block 2p + 1.
+// Dynamic shared memory: the block's k-range of x (or a pass of it) as B fragments, uint4
+// [span / 32][2M][4]: for k16 blocks 2p and 2p + 1, fragment row n (n < M: hi of x row n, else lo of
+// x row n - M), quad t: (b0b1, b2b3) of block 2p, then of block 2p + 1.
 // PERM: act-order (x gathered by the matrix's perm). R = 2: swiglu over two tiles per warp. SP: 2:4
 // sparse (a chunk's code columns cover twice as many columns of x: span and col0 count x's).
 template <int BITS, bool SP, int M, int R, bool PERM>
@@ -323,7 +324,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
   bool has_tile;  // warp-uniform
   const Tiles<R> t = tiles_of<BITS, R>(a, item, warp, lane, has_tile);
   const int begin = ks * a.cpb, end = min(begin + a.cpb, a.g.chunks);  // the block's chunks
-  const int span = a.cpb * C::kXSpan, col0 = begin * C::kXSpan;  // its staged columns of x
+  const int span = a.cpb * C::kXSpan, col0 = begin * C::kXSpan;  // its columns of x
+  const int pass = a.pass;  // chunks of x staged at once (pass_of; below: "Staging passes")
 
   Batch<BITS, R, U> cur;
   if (has_tile) {
@@ -358,7 +360,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
     }
     __syncthreads();
   }
-  stage_x<M, PERM>(a, t.perm, col0, span, M == 1 && hoist ? xf : nullptr, xs);
+  stage_x<M, PERM>(a, t.perm, col0, pass * C::kXSpan, M == 1 && hoist ? xf : nullptr, xs);
   if (fold0 < fold_end) {
     a.mat[0].y[fold0] = fy + from_fixed(fq);
     a.acc_fold[fold0] = 0;
@@ -407,6 +409,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
   // of the n8 block read row n % SR instead of zeros: they only feed output columns n, never read,
   // and the load needs no lane-dependent branch.
   const uint4* const xs_lane = xs + (SR < 8 ? g % SR : g) * 4 + tq;
+  int staged = begin;  // the first chunk of the staged pass
   // Multiplies batch bt, which holds chunks [b, b + U) of the range.
   auto multiply = [&](const Batch<BITS, R, U>& bt, int b) {
 #pragma unroll
@@ -428,17 +431,29 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
           run_group = grp;
         }
         // B fragments of the unit's two k16 blocks (SP: four, two per mma.sp): one uint4 per n8 block.
-        mma_unit<BITS, SP, R, NB, U>(sum, bt.v, u, k, xs_lane + ((c - begin) * (C::kBlocks / 2) + k) * C::kXs * SR * 4,
+        mma_unit<BITS, SP, R, NB, U>(sum, bt.v, u, k, xs_lane + ((c - staged) * (C::kBlocks / 2) + k) * C::kXs * SR * 4,
                                      SR * 4);
       }
     }
   };
   // Two batches per iteration, each loaded into the buffer the other one is not using: the batch
   // in flight never has to be copied from one set of registers to the other.
+  // Staging passes (pass < cpb: the block's range of x at M rows would not leave room for
+  // kBlocksPerSm blocks per SM): x is staged `pass` chunks at a time (a multiple of 2U: passes start
+  // at an iteration), every warp of the block at the barriers, the next batch already in flight.
+  // The same multiplications in the same order: the same bits.
   Batch<BITS, R, U> nxt;
   const int ahead = a.pf * U;  // the prefetch runs this many chunks ahead of the loads
+  const bool passes = can_pass(M, R) && pass < end - begin;  // block-uniform
 #pragma unroll 1
-  for (int b = begin; has_tile && b < end; b += 2 * U) {
+  for (int b = begin; (has_tile || passes) && b < end; b += 2 * U) {
+    if (passes && b - staged == pass) {
+      __syncthreads();  // every warp is done with the previous pass
+      staged = b;
+      stage_x<M, PERM>(a, t.perm, b * C::kXSpan, min(pass, end - b) * C::kXSpan, nullptr, xs);
+      __syncthreads();
+    }
+    if (!has_tile) continue;
     if (b + U < end) load_batch<BITS, SP, R, U>(a.g, t, b + U, end, nxt);
     if (ahead > 0) prefetch_batch<BITS, SP, R, U>(a.g, t, b + U + ahead, end, lane);
     multiply(cur, b);
@@ -582,6 +597,26 @@ size_t smem_of(int cpb) {
   return static_cast<size_t>(cpb) * Codec<BITS, SP>::kXSpan / 32 * (2 * M) * 4 * 16;
 }
 
+// Chunks of x a block stages at once (gemv_kernel: "Staging passes"): its whole range, unless that
+// would take more than kMaxStagedBytes of shared memory where the kernel runs kBlocksPerSm blocks
+// per SM (at M = 16 a range of 2048 columns takes 128 KiB: one block per SM, e.g. Llama-3-8B's
+// 4096 x 14336 split 2 ways); then passes of a multiple of 2U chunks that fit.
+// LITHE_GEMV_PASS=N (a test and benchmark knob) stages N chunks (rounded down to such a multiple)
+// at a time everywhere.
+template <int BITS, bool SP, int M, int R>
+int pass_of(const Args& a) {
+  static const int knob = detail::env_knob("LITHE_GEMV_PASS");
+  constexpr int step = 2 * (loads_of(BITS) / R);
+  int pass = a.cpb;
+  if (!can_pass(M, R))
+    return pass;
+  if (knob > 0)
+    pass = knob / step * step;
+  else if (min_blocks_of(M, R) >= kBlocksPerSm && smem_of<BITS, SP, M>(a.cpb) > kMaxStagedBytes)
+    pass = static_cast<int>(kMaxStagedBytes / smem_of<BITS, SP, M>(1)) / step * step;
+  return std::clamp(pass, std::min(step, a.cpb), a.cpb);
+}
+
 // Cluster sums (gemv_kernel) where asked (Args::cluster), 2 <= ks <= 8 and this kernel's clusters
 // of every item fit on the device at once with 1/8 to spare (detail::max_active_clusters: sm_90 code
 // on an sm_90 device). The spare: in a decode step (PDL: a launch starts while its predecessor's
@@ -602,10 +637,11 @@ template <int BITS, bool SP, int M, int R, bool PERM>
 Status launch(const Args& a, Stream s) {
   static std::atomic<uint64_t> opted{0};
   auto* kernel = gemv_kernel<BITS, SP, M, R, PERM>;
-  const size_t smem = smem_of<BITS, SP, M>(a.cpb);
+  Args b = a;
+  b.pass = pass_of<BITS, SP, M, R>(a);
+  const size_t smem = smem_of<BITS, SP, M>(b.pass);
   LITHE_TRY(detail::allow_smem(kernel, opted, smem, "gq gemv_kernel"));
   const dim3 grid(static_cast<unsigned>(a.items * a.ks));
-  Args b = a;
   b.cluster = cluster_for(a, reinterpret_cast<const void*>(kernel), smem);
   // PDL by default (pdl_enabled): the first batch of weights loads while the previous kernel ends.
   detail::launch_with(detail::pdl_enabled(true), b.cluster ? b.ks : 0, kernel, grid, dim3(kThreads), smem, s, b);
@@ -637,7 +673,8 @@ template <int BITS, bool SP>
 int cluster_size(const Args& a) {
   return with_kernel(a, [&]<int M, int R, bool PERM>() {
     auto* kernel = gemv_kernel<BITS, SP, M, R, PERM>;
-    return cluster_for(a, reinterpret_cast<const void*>(kernel), smem_of<BITS, SP, M>(a.cpb)) ? a.ks : 0;
+    const size_t smem = smem_of<BITS, SP, M>(pass_of<BITS, SP, M, R>(a));
+    return cluster_for(a, reinterpret_cast<const void*>(kernel), smem) ? a.ks : 0;
   });
 }
 

@@ -67,7 +67,6 @@ struct Args {
   Geo g;
   int64_t items;  // kWarps tiles each, matrix by matrix (swiglu: the gate's tiles)
   int ks, cpb;    // blocks per item (k-split), chunks per block
-  int pass;       // chunks of x a block stages at once (the launcher's pass_of: cpb unless too large)
   int cluster;    // asked: 1 cluster sums where the split and the device allow (launch), 0 never;
                   // the kernel's: 1 this launch runs as clusters of ks blocks, 0 scratch sums
   int pf;         // batches a warp asks L2 for ahead of its loads (0: none)
@@ -85,6 +84,9 @@ struct Args {
   int64_t* acc_add;         // accumulate, one matrix: the partial sums go here instead of into y
   int64_t* acc_fold;        // added into y (mat[0].y, m x n_out) and zeroed first, over all blocks
   const int64_t* acc_in;    // x reads x + acc_in
+  // Chunks of x a block stages at once (the launcher's pass_of: cpb unless too large; read only by
+  // the can_pass kernels, last so that the others' parameters keep their offsets).
+  int pass;
 };
 
 // The launchers, one instantiation per bit width (2, 3, 4, 8) and for 2:4 sparse int4 (SP) each.

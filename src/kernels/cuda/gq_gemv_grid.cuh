@@ -325,7 +325,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
   const Tiles<R> t = tiles_of<BITS, R>(a, item, warp, lane, has_tile);
   const int begin = ks * a.cpb, end = min(begin + a.cpb, a.g.chunks);  // the block's chunks
   const int span = a.cpb * C::kXSpan, col0 = begin * C::kXSpan;  // its columns of x
-  const int pass = a.pass;  // chunks of x staged at once (pass_of; below: "Staging passes")
+  const int pass = can_pass(M, R) ? a.pass : a.cpb;  // chunks of x staged at once (pass_of; "Staging passes")
 
   Batch<BITS, R, U> cur;
   if (has_tile) {

@@ -177,7 +177,7 @@ PY
     # The GEMV's staging passes at M = 16 (gq_gemv_grid.cuh: pass_of) against staging whole ranges
     # (LITHE_GEMV_PASS=100000, the previous plan): the GEMV and rope tests with passes forced on every
     # M = 16 launch (LITHE_GEMV_PASS=1: 8 chunks) and by default, outputs hashed (the bits must
-    # agree); then every format's single matrices at m = 16 (and int4 at 1 and 8) both ways.
+    # agree); then every format's single matrices at m = 16 both ways, two rounds.
     same_bits LITHE_GEMV_PASS LITHE_TEST_GEMV_HASH "gemv hash" 'CudaGqGemv*:CudaMatvecRope*' "$OUT/gemv_tests.txt" || exit 1
     for r in 1 2; do
       for p in 0 100000; do

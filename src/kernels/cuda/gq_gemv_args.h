@@ -42,6 +42,7 @@ constexpr size_t kMaxStagedBytes = 96 * 1024;
 // The kernels that stage in passes where needed: at M <= 8 kMaxStagedCols columns fit, and the
 // swiglu kernel at M = 16 runs one block per SM anyway (the pass code costs the others registers).
 constexpr bool can_pass(int m, int r) { return m == 16 && r == 1; }
+static_assert(min_blocks_of(16, 1) == kBlocksPerSm, "the pass kernel runs kBlocksPerSm blocks per SM");
 
 // One matrix: its sections on the device and its output.
 struct Mat {

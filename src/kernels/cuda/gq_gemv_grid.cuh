@@ -598,11 +598,11 @@ size_t smem_of(int cpb) {
 }
 
 // Chunks of x a block stages at once (gemv_kernel: "Staging passes"): its whole range, unless that
-// would take more than kMaxStagedBytes of shared memory where the kernel runs kBlocksPerSm blocks
-// per SM (at M = 16 a range of 2048 columns takes 128 KiB: one block per SM, e.g. Llama-3-8B's
-// 4096 x 14336 split 2 ways); then passes of a multiple of 2U chunks that fit.
+// would take more than kMaxStagedBytes of shared memory in a can_pass kernel (kBlocksPerSm blocks
+// per SM; at M = 16 a range of 2048 columns takes 128 KiB, room for one block per SM: e.g.
+// Llama-3-8B's 4096 x 14336 split 2 ways); then passes of a multiple of 2U chunks that fit.
 // LITHE_GEMV_PASS=N (a test and benchmark knob) stages N chunks (rounded down to such a multiple)
-// at a time everywhere.
+// at a time in every can_pass launch.
 template <int BITS, bool SP, int M, int R>
 int pass_of(const Args& a) {
   static const int knob = detail::env_knob("LITHE_GEMV_PASS");
@@ -612,7 +612,7 @@ int pass_of(const Args& a) {
     return pass;
   if (knob > 0)
     pass = knob / step * step;
-  else if (min_blocks_of(M, R) >= kBlocksPerSm && smem_of<BITS, SP, M>(a.cpb) > kMaxStagedBytes)
+  else if (smem_of<BITS, SP, M>(a.cpb) > kMaxStagedBytes)
     pass = static_cast<int>(kMaxStagedBytes / smem_of<BITS, SP, M>(1)) / step * step;
   return std::clamp(pass, std::min(step, a.cpb), a.cpb);
 }

@@ -13,6 +13,9 @@
 #   bash bench/gq_device_run.sh gemv_cluster [ROUNDS]
 #                                         the GEMV's cluster sums: GEMV and rope tests with them on
 #                                         and off (outputs hashed and compared), then `knob` on / off
+#   bash bench/gq_device_run.sh gemv_norm [ROUNDS]
+#                                         the same for the norm weights copied before the wait
+#                                         (LITHE_GEMV_NORM_EARLY)
 #   bash bench/gq_device_run.sh gemv_pass
 #                                         the GEMV's staging passes at M = 16: tests with passes forced
 #                                         and by default (outputs hashed and compared), then the single
@@ -167,11 +170,14 @@ for key, v in rows.items():
 print("\n".join(pp))
 PY
     ;;
-  gemv_cluster)
-    # The GEMV's cluster sums against its scratch sums (LITHE_GEMV_CLUSTER=0): the GEMV and rope
-    # tests both ways, outputs hashed (the bits must agree), then `knob` with ROUNDS (default 3).
-    same_bits LITHE_GEMV_CLUSTER LITHE_TEST_GEMV_HASH "gemv hash" 'CudaGqGemv*:CudaMatvecRope*' "$OUT/gemv_tests.txt" || exit 1
-    bash "$0" knob "${2:-3}" LITHE_GEMV_CLUSTER=1 LITHE_GEMV_CLUSTER=0
+  gemv_cluster|gemv_norm)
+    # A GEMV knob on against off: the cluster sums against scratch sums (LITHE_GEMV_CLUSTER), the
+    # norm weights copied before griddepcontrol.wait against read with x (LITHE_GEMV_NORM_EARLY).
+    # The GEMV and rope tests both ways, outputs hashed (the bits must agree), then `knob` with
+    # ROUNDS (default 3).
+    k=LITHE_GEMV_CLUSTER; [ "$1" = gemv_norm ] && k=LITHE_GEMV_NORM_EARLY
+    same_bits $k LITHE_TEST_GEMV_HASH "gemv hash" 'CudaGqGemv*:CudaMatvecRope*' "$OUT/gemv_tests.txt" || exit 1
+    bash "$0" knob "${2:-3}" $k=1 $k=0
     ;;
   gemv_pass)
     # The GEMV's staging passes at M = 16 (gq_gemv_grid.cuh: pass_of) against staging whole ranges
@@ -285,5 +291,5 @@ PY
       shift 2
     done
     ;;
-  *) echo "usage: $0 build|kernels|e2e|verify|cluster|gemv_cluster|attn_single|defer|sparse|ppl|peer|knob|profile|profile_qgemm"; exit 2 ;;
+  *) echo "usage: $0 build|kernels|e2e|verify|cluster|gemv_cluster|gemv_norm|attn_single|defer|sparse|ppl|peer|knob|profile|profile_qgemm"; exit 2 ;;
 esac

@@ -72,6 +72,7 @@ struct Args {
                   // the kernel's: 1 this launch runs as clusters of ks blocks, 0 scratch sums
   int pf;         // batches a warp asks L2 for ahead of its loads (0: none)
   int pf0;        // batches it asks for before griddepcontrol.wait
+  int norm_early;  // 1: M <= 8 copies its columns' norm weights before griddepcontrol.wait (gemv_kernel)
   int fences;     // scratch sums: detail::arrive_last's fences (count_fences())
   const float* x;
   const float* norm;  // folded RMSNorm weight [n_in], or null

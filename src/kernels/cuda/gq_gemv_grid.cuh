@@ -200,10 +200,21 @@ __device__ __forceinline__ float x_in(const Args& a, int i, int col) {
 // times the norm weight; zero past n_in) and writes them as hi to fragment row i and as lo to
 // fragment row M + i. Rows i in [m, M) get zeros.
 // xf: x row 0 of the range already read (x_in, gathered by perm: xf[c] is staged column col0 + c),
-// or null to read x itself.
+// or null to read x itself; gf: the norm weight of staged column col0 + c at gf[c] (gathered by
+// perm), or null to read it from a.norm.
 template <int M, bool PERM>
 __device__ __forceinline__ void stage_x(const Args& a, const int32_t* perm, int col0, int span, const float* xf,
-                                        uint4* xs) {
+                                        const float* gf, uint4* xs) {
+  // v (staged columns col, col + 1; src: their columns of x) times their norm weights, if any.
+  auto times_norm = [&](float (&v)[2], int col, int2 src) {
+    if (gf != nullptr) {
+      v[0] *= gf[col - col0], v[1] *= gf[col - col0 + 1];
+    } else if (a.norm != nullptr) {
+      const float2 g2 = PERM ? make_float2(__ldg(a.norm + src.x), __ldg(a.norm + src.y))
+                             : __ldg(reinterpret_cast<const float2*>(a.norm + col));
+      v[0] *= g2.x, v[1] *= g2.y;
+    }
+  };
   const int n_in = a.g.n_in;
   const int slots = span / 32 * M * 4;
   for (int s = static_cast<int>(threadIdx.x); s < slots; s += kThreads) {
@@ -218,16 +229,14 @@ __device__ __forceinline__ void stage_x(const Args& a, const int32_t* perm, int 
         if (col < n_in && xf != nullptr) {  // (x row 0)
           v[0] = xf[col - col0];
           v[1] = xf[col - col0 + 1];
-          if (a.norm != nullptr) {
-            const int2 src = PERM ? *reinterpret_cast<const int2*>(perm + col) : make_int2(col, col + 1);
-            v[0] *= __ldg(a.norm + src.x), v[1] *= __ldg(a.norm + src.y);
-          }
+          times_norm(v, col, PERM && gf == nullptr && a.norm != nullptr ? *reinterpret_cast<const int2*>(perm + col)
+                                                                        : make_int2(col, col + 1));
         } else if (col < n_in) {  // n_in is even: both columns or neither
           if (PERM) {
             const int2 src = *reinterpret_cast<const int2*>(perm + col);
             v[0] = x_in(a, i, src.x);
             v[1] = x_in(a, i, src.y);
-            if (a.norm != nullptr) v[0] *= __ldg(a.norm + src.x), v[1] *= __ldg(a.norm + src.y);
+            times_norm(v, col, src);
           } else {
             const float2 x2 = *reinterpret_cast<const float2*>(xr + col);
             v[0] = x2.x;
@@ -237,11 +246,7 @@ __device__ __forceinline__ void stage_x(const Args& a, const int32_t* perm, int 
               v[0] += from_fixed(q.x);
               v[1] += from_fixed(q.y);
             }
-            if (a.norm != nullptr) {
-              const float2 g2 = __ldg(reinterpret_cast<const float2*>(a.norm + col));
-              v[0] *= g2.x;
-              v[1] *= g2.y;
-            }
+            times_norm(v, col, make_int2(col, col + 1));
           }
         }
         const __half2 h = __floats2half2_rn(v[0], v[1]);
@@ -332,6 +337,20 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
     load_batch<BITS, SP, R, U>(a.g, t, begin, end, cur);
     for (int d = 1; d <= a.pf0; ++d) prefetch_batch<BITS, SP, R, U>(a.g, t, begin + d * U, end, lane);
   }
+  // M <= 8 under a folded norm: the norm weight of each staged column (gathered by perm) is copied
+  // into gf before the wait, like the weights. It is a model weight, cold in L2 by the next token:
+  // staging would otherwise wait for it beside or after x (an H100, int4 g128: decode +0.9%, the
+  // m = 8 layer -9%; bench/RESULTS.md, twenty-ninth session). Not at M = 16: its 8 KiB more shared
+  // memory per block shrank L1 enough to cost every M = 16 launch 3-5%, normed or not.
+  constexpr int kPre = kMaxStagedCols / kThreads;
+  const bool early = M <= 8 && a.norm != nullptr && a.norm_early && span <= kMaxStagedCols;
+  __shared__ float gf[M <= 8 ? kMaxStagedCols : 1];
+  if (M <= 8 && early) {
+    const int n_cols = min(span, a.g.n_in - col0);
+    for (int c = static_cast<int>(threadIdx.x); c < n_cols; c += kThreads)
+      detail::cp_async4(gf + c, a.norm + (PERM ? __ldg(t.perm + col0 + c) : col0 + c), 4);
+    detail::cp_async_commit();
+  }
   detail::pdl_wait();  // x, y and the scratch belong to the previous kernel until here
 
   // GemvResidual fold: this block's share of y += acc_fold, acc_fold = 0 (its first element per
@@ -343,10 +362,9 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
   float fy = 0.f;
   long long fq = 0;
   if (fold0 < fold_end) fy = a.mat[0].y[fold0], fq = a.acc_fold[fold0];
-  // M = 1 under a folded norm: x is read once, in the x^2 loop's order (the same sums in the same
-  // order as the loop below), into registers and xf, and staged from xf. Every block of the launch
-  // reads its range at once, so the bytes matter (the deferred residual sums add 8 per value).
-  constexpr int kPre = kMaxStagedCols / kThreads;
+  // M = 1 under a folded norm (hoist): x is read once, in the x^2 loop's order (the same sums in the
+  // same order as the loop below), into registers and xf, and staged from xf (and gf). Every block of
+  // the launch reads its range at once, so the bytes matter (the deferred residual sums add 8 per value).
   const bool hoist = M == 1 && a.norm != nullptr && span <= kPre * kThreads;
   __shared__ float xf[M == 1 ? kMaxStagedCols : 1];
   float pre[kPre];
@@ -358,9 +376,14 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
       pre[j] = col < hi_col ? x_in(a, 0, PERM ? __ldg(t.perm + col) : col) : 0.f;
       if (c < span) xf[c] = pre[j];
     }
+    if (early) detail::cp_async_wait<0>();
+    __syncthreads();
+  } else if (M <= 8 && early) {
+    detail::cp_async_wait<0>();
     __syncthreads();
   }
-  stage_x<M, PERM>(a, t.perm, col0, pass * C::kXSpan, M == 1 && hoist ? xf : nullptr, xs);
+  stage_x<M, PERM>(a, t.perm, col0, pass * C::kXSpan, M == 1 && hoist ? xf : nullptr, M <= 8 && early ? gf : nullptr,
+                   xs);
   if (fold0 < fold_end) {
     a.mat[0].y[fold0] = fy + from_fixed(fq);
     a.acc_fold[fold0] = 0;
@@ -450,7 +473,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
     if (passes && b - staged == pass) {
       __syncthreads();  // every warp is done with the previous pass
       staged = b;
-      stage_x<M, PERM>(a, t.perm, b * C::kXSpan, min(pass, end - b) * C::kXSpan, nullptr, xs);
+      stage_x<M, PERM>(a, t.perm, b * C::kXSpan, min(pass, end - b) * C::kXSpan, nullptr, nullptr, xs);  // (M = 16)
       __syncthreads();
     }
     if (!has_tile) continue;

@@ -17,7 +17,8 @@
 //   second batch): more of the stream in flight than the registers hold.
 // - After the wait the block stages its k-range of x once for its 8 tiles (at M = 16, where that
 //   would take more than kMaxStagedBytes, in passes: pass_of), into shared memory as MMA
-//   B fragments: each value gathered by perm (act-order), times the norm weight (folded RMSNorm),
+//   B fragments: each value gathered by perm (act-order), times the norm weight (folded RMSNorm;
+//   at M <= 8 copied into shared memory before the wait),
 //   zero past n_in, and split into f16 hi = f16(x) and lo = f16(x - hi), so hi + lo carries ~22
 //   bits of x. (Staging per 16-row tile instead cost more instructions than the weights: ncu, H100.)
 //   The block also sums x^2 over its range, in a loop over columns that is the same for every m.
@@ -339,9 +340,9 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
   }
   // M <= 8 under a folded norm: the norm weight of each staged column (gathered by perm) is copied
   // into gf before the wait, like the weights. It is a model weight, cold in L2 by the next token:
-  // staging would otherwise wait for it beside or after x (an H100, int4 g128: decode +0.9%, the
-  // m = 8 layer -9%; bench/RESULTS.md, twenty-ninth session). Not at M = 16: its 8 KiB more shared
-  // memory per block shrank L1 enough to cost every M = 16 launch 3-5%, normed or not.
+  // staging would otherwise wait for it beside or after x (an H100, int4 g128, side by side with
+  // the tree before: decode +2.4%, the m = 8 layer -1.8%; bench/RESULTS.md, twenty-ninth session).
+  // Not at M = 16: the array there cost every M = 16 launch 3-5%, normed or not.
   constexpr int kPre = kMaxStagedCols / kThreads;
   const bool early = M <= 8 && a.norm != nullptr && a.norm_early && span <= kMaxStagedCols;
   __shared__ float gf[M <= 8 ? kMaxStagedCols : 1];

@@ -34,6 +34,14 @@
 #                                         (m = 1, 8, 16), then e2e int4 g128 dense / 2:4 / 2:4 on the
 #                                         Marlin layout (LITHE_GQ_KERNEL=marlin): tg128 at depth 0 and
 #                                         512, pp512, alternated (ROUNDS, default 2)
+#   bash bench/gq_device_run.sh ab [ROUNDS]
+#                                         this tree against a baseline, side by side: ab/ holds the
+#                                         baseline's versions of the changed files (repository paths,
+#                                         e.g. `git show HEAD~1:src/kernels/cuda/gq_gemv.cu >
+#                                         ab/src/kernels/cuda/gq_gemv.cu`; untracked, so it travels);
+#                                         both built at once (build_baseline), then e2e int4 g128
+#                                         tg128 at depth 0 alternated (ROUNDS, default 2) and the int4
+#                                         matrices and layer (m = 1, 8, 16) from each build
 #   bash bench/gq_device_run.sh knob ROUNDS "VAR=V ..." ["VAR=V ..." ...]
 #                                         the same binary under each environment setting in
 #                                         turn: e2e int4 g128 tg128 at depth 0 (alternated, ROUNDS
@@ -250,6 +258,24 @@ PY
     grep -E "^\| [a-z]" "$OUT/qgemm.md" | grep -v "^| layer" | cut -c1-160 | head -60
     python3 bench/torch_int4pack.py --m 1,16,128 2>&1 | tee "$OUT/torch_int4pack_2.md"
     ;;
+  ab)
+    [ -d ab ] || { echo "ab/ (the baseline's files) is missing"; exit 2; }
+    build_baseline ab lithe bench_cuda_gq_gemv > "$OUT/base.txt" 2>&1 &
+    build_cuda lithe bench_cuda_gq_gemv; wait; cat "$OUT/base.txt"
+    BB=/tmp/base/$B/bin
+    [ -x $BB/lithe ] || exit 1
+    for r in $(seq "${2:-2}"); do
+      for bin in $BB/lithe $L; do
+        j=$($bin bench --synthetic llama2-7b --dtype int4-g128 -p 0 -n 128 -r 5 --device cuda --kv-type f16 -d 0 \
+            --json 2> "$OUT/e2e.err") || { tail -5 "$OUT/e2e.err"; continue; }
+        echo "$j" | python3 -c "import json,sys; j=json.load(sys.stdin); print('round $r [$bin] int4-g128 tg128@0', round(j['gen_tokens_per_second']['median'],1), 'tok/s')"
+      done
+    done
+    for bin in $BB/bench_cuda_gq_gemv $B/bin/bench_cuda_gq_gemv; do
+      BENCH_FORMAT=int4 BENCH_M=1,8,16 $bin --quick > "$OUT/ab_gemv.md" 2>&1
+      echo "== $bin"; grep -E "^\| (4096|11008|14336|int4)" "$OUT/ab_gemv.md" | grep -v "x f16" | cut -c1-100
+    done
+    ;;
   knob)
     rounds=$2; shift 2
     for r in $(seq "$rounds"); do
@@ -291,5 +317,5 @@ PY
       shift 2
     done
     ;;
-  *) echo "usage: $0 build|kernels|e2e|verify|cluster|gemv_cluster|gemv_norm|attn_single|defer|sparse|ppl|peer|knob|profile|profile_qgemm"; exit 2 ;;
+  *) echo "usage: $0 build|kernels|e2e|verify|cluster|gemv_cluster|gemv_norm|attn_single|defer|sparse|ppl|peer|ab|knob|profile|profile_qgemm"; exit 2 ;;
 esac

@@ -85,6 +85,16 @@ same_bits() {
   echo "$tag: $(wc -l < /tmp/hash1.txt) outputs, $ndiff differ" | tee -a "$log"
   [ -s /tmp/hash1.txt ] && [ "$ndiff" = 0 ] || { echo "FAILED: $knob=1 must give the bits of $knob=0" | tee -a "$log"; return 1; }
 }
+# tg128 TAG BIN [VAR=V ...]: BIN's int4 g128 tg128 from an empty context under that environment,
+# printed as "TAG int4-g128 tg128@0 N tok/s" (median of 5).
+tg128() {
+  local tag=$1 bin=$2 j; shift 2
+  j=$(env "$@" "$bin" bench --synthetic llama2-7b --dtype int4-g128 -p 0 -n 128 -r 5 --device cuda --kv-type f16 \
+      -d 0 --json 2> "$OUT/e2e.err") || { tail -5 "$OUT/e2e.err"; return 0; }
+  echo "$j" | python3 -c "import json,sys; j=json.load(sys.stdin); print('$tag int4-g128 tg128@0', round(j['gen_tokens_per_second']['median'],1), 'tok/s')"
+}
+# gemv_rows FILE: the matrix and layer rows of a bench_cuda_gq_gemv table (not the f16 ones).
+gemv_rows() { grep -E "^\| (4096|11008|14336|int4)" "$1" | grep -v "x f16" | cut -c1-100; }
 case "${1:-}" in
   build)
     build_cuda
@@ -265,15 +275,11 @@ PY
     BB=/tmp/base/$B/bin
     [ -x $BB/lithe ] || exit 1
     for r in $(seq "${2:-2}"); do
-      for bin in $BB/lithe $L; do
-        j=$($bin bench --synthetic llama2-7b --dtype int4-g128 -p 0 -n 128 -r 5 --device cuda --kv-type f16 -d 0 \
-            --json 2> "$OUT/e2e.err") || { tail -5 "$OUT/e2e.err"; continue; }
-        echo "$j" | python3 -c "import json,sys; j=json.load(sys.stdin); print('round $r [$bin] int4-g128 tg128@0', round(j['gen_tokens_per_second']['median'],1), 'tok/s')"
-      done
+      for bin in $BB/lithe $L; do tg128 "round $r [$bin]" $bin; done
     done
     for bin in $BB/bench_cuda_gq_gemv $B/bin/bench_cuda_gq_gemv; do
       BENCH_FORMAT=int4 BENCH_M=1,8,16 $bin --quick > "$OUT/ab_gemv.md" 2>&1
-      echo "== $bin"; grep -E "^\| (4096|11008|14336|int4)" "$OUT/ab_gemv.md" | grep -v "x f16" | cut -c1-100
+      echo "== $bin"; gemv_rows "$OUT/ab_gemv.md"
     done
     ;;
   knob)
@@ -281,16 +287,14 @@ PY
     for r in $(seq "$rounds"); do
       for setting in "$@"; do
         read -ra envs <<< "$setting"
-        j=$(env "${envs[@]}" $L bench --synthetic llama2-7b --dtype int4-g128 -p 0 -n 128 -r 5 --device cuda \
-            --kv-type f16 -d 0 --json 2> "$OUT/e2e.err") || { tail -5 "$OUT/e2e.err"; continue; }
-        echo "$j" | python3 -c "import json,sys; j=json.load(sys.stdin); print('round $r [$setting] int4-g128 tg128@0', round(j['gen_tokens_per_second']['median'],1), 'tok/s')"
+        tg128 "round $r [$setting]" $L "${envs[@]}"
       done
     done
     for setting in "$@"; do
       read -ra envs <<< "$setting"
       f="$OUT/gemv_$(echo "$setting" | tr -c 'A-Za-z0-9\n' '_').md"
       env "${envs[@]}" BENCH_FORMAT=int4 BENCH_M=1,8,16 $B/bin/bench_cuda_gq_gemv --quick > "$f" 2>&1
-      echo "== $setting"; grep -E "^\| (4096|11008|14336|int4)" "$f" | grep -v "x f16" | cut -c1-100
+      echo "== $setting"; gemv_rows "$f"
     done
     ;;
   profile)

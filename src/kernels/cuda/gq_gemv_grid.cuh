@@ -230,6 +230,7 @@ __device__ __forceinline__ void stage_x(const Args& a, const int32_t* perm, int 
         if (col < n_in && xf != nullptr) {  // (x row 0)
           v[0] = xf[col - col0];
           v[1] = xf[col - col0 + 1];
+          // (perm read only where the norm weight comes from a.norm)
           times_norm(v, col, PERM && gf == nullptr && a.norm != nullptr ? *reinterpret_cast<const int2*>(perm + col)
                                                                         : make_int2(col, col + 1));
         } else if (col < n_in) {  // n_in is even: both columns or neither
@@ -342,11 +343,11 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
   // into gf before the wait, like the weights. It is a model weight, cold in L2 by the next token:
   // staging would otherwise wait for it beside or after x (an H100, int4 g128, side by side with
   // the tree before: decode +2.4%, the m = 8 layer -1.8%; bench/RESULTS.md, twenty-ninth session).
-  // Not at M = 16: the array there cost every M = 16 launch 3-5%, normed or not.
+  // Not at M = 16: the array there cost the M = 16 launches without a norm 3-5%.
   constexpr int kPre = kMaxStagedCols / kThreads;
   const bool early = M <= 8 && a.norm != nullptr && a.norm_early && span <= kMaxStagedCols;
   __shared__ float gf[M <= 8 ? kMaxStagedCols : 1];
-  if (M <= 8 && early) {
+  if (early) {
     const int n_cols = min(span, a.g.n_in - col0);
     for (int c = static_cast<int>(threadIdx.x); c < n_cols; c += kThreads)
       detail::cp_async4(gf + c, a.norm + (PERM ? __ldg(t.perm + col0 + c) : col0 + c), 4);
@@ -379,12 +380,11 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
     }
     if (early) detail::cp_async_wait<0>();
     __syncthreads();
-  } else if (M <= 8 && early) {
+  } else if (early) {
     detail::cp_async_wait<0>();
     __syncthreads();
   }
-  stage_x<M, PERM>(a, t.perm, col0, pass * C::kXSpan, M == 1 && hoist ? xf : nullptr, M <= 8 && early ? gf : nullptr,
-                   xs);
+  stage_x<M, PERM>(a, t.perm, col0, pass * C::kXSpan, M == 1 && hoist ? xf : nullptr, early ? gf : nullptr, xs);
   if (fold0 < fold_end) {
     a.mat[0].y[fold0] = fy + from_fixed(fq);
     a.acc_fold[fold0] = 0;

@@ -20,7 +20,8 @@
 //   the norm and the SwiGLU epilogue, down accumulating (o and down through deferred residual sums
 //   at m <= kGemvResidualMaxRows, cuda_gq.h: GemvResidual, unless LITHE_GEMV_DEFER=0); against
 //   lithe's f16 matvec doing the same
-//   (layer copies rotated as above). "tok/s bound": 32 such layers per token, nothing else.
+//   (layer copies rotated as above). "tok/s bound": 32 such layers per token, nothing else. At m = 1
+//   a last row gives what each launch adds: the layer's time less the layer's without that launch.
 // - A third table times gemv_dequantize_f16 (reads the packed bytes, writes 2 bytes per weight).
 // Usage: bench_cuda_gq_gemv [--quick]   (--quick: 20 runs per row, m = 1, 8 and 16 only)
 // BENCH_M=1,4 keeps those batch sizes (<= 16), BENCH_FORMAT=int4 the formats whose name contains it.
@@ -288,15 +289,29 @@ void bench_layer(Bench& c, const Format& fm, const std::vector<int>& ms) {
   for (const Launch& l : layer[0])
     sbytes = std::max(sbytes, cuda::gemv_scratch_bytes(l.outs.data(), static_cast<int>(l.outs.size()), l.e));
   void* scr = zeroed(sbytes);
-  for (int m : ms) {
-    const double gq_us = time_us(
+  // The layer's launches but `skip` (-1: all of them), timed at batch m.
+  auto layer_us = [&](int m, int skip) {
+    return time_us(
         [&](int i) {
-          for (const Launch& l : layer[static_cast<size_t>(i % copies)])
-            CK(cuda::gemv(l.outs.data(), static_cast<int>(l.outs.size()), l.x, m, l.e, scr, sbytes, c.s,
-                          l.norm ? norm : cuda::MatvecNorm{}, nullptr,
-                          m <= cuda::kGemvResidualMaxRows ? &l.r : nullptr));
+          const std::vector<Launch>& ls = layer[static_cast<size_t>(i % copies)];
+          for (size_t j = 0; j < ls.size(); ++j) {
+            const Launch& l = ls[j];
+            if (static_cast<int>(j) != skip)
+              CK(cuda::gemv(l.outs.data(), static_cast<int>(l.outs.size()), l.x, m, l.e, scr, sbytes, c.s,
+                            l.norm ? norm : cuda::MatvecNorm{}, nullptr,
+                            m <= cuda::kGemvResidualMaxRows ? &l.r : nullptr));
+          }
         },
         c.reps, c.s);
+  };
+  std::string parts;  // m = 1: what each launch adds to the layer (the layer less the layer without it)
+  for (int m : ms) {
+    const double gq_us = layer_us(m, -1);
+    if (m == 1) {
+      const char* names[4] = {"qkv", "o", "gate/up", "down"};
+      for (int j = 0; j < 4; ++j)
+        parts += std::string(j ? ", " : "") + names[j] + " " + fmt2(gq_us - layer_us(m, j));
+    }
     const double f16_us = m > cuda::kMatvecMaxRows ? 0.0 : time_us(  // lithe's f16 matvec: m <= 8
         [&](int i) {
           auto w = [&](int idx) { return hw[idx].p[i % copies16]; };
@@ -315,6 +330,7 @@ void bench_layer(Bench& c, const Format& fm, const std::vector<int>& ms) {
                 1e6 / (32 * gq_us));
     std::fflush(stdout);
   }
+  if (!parts.empty()) std::printf("| %s | 1 | us each launch adds: %s | | | | | | |\n", fm.name, parts.c_str());
   CK(cudaFree(buf));
   CK(cudaFree(scr));
   CK(cudaFree(acc));

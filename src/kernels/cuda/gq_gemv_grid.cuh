@@ -196,6 +196,14 @@ __device__ __forceinline__ float x_in(const Args& a, int i, int col) {
   return a.acc_in != nullptr ? a.x[k] + from_fixed(a.acc_in[k]) : a.x[k];
 }
 
+// Whether a launch copies its norm weights into shared memory before griddepcontrol.wait
+// (gemv_kernel): M <= 8 under a folded norm, the block's range of x (`cols` columns) within
+// kMaxStagedCols. They then follow the staged x in dynamic shared memory (smem_of).
+template <int M>
+__host__ __device__ inline bool norm_early(const Args& a, int cols) {
+  return M <= 8 && a.norm != nullptr && a.norm_early != 0 && cols <= kMaxStagedCols;
+}
+
 // Stages x[0..m)[col0 .. col0 + span) as B fragments into xs (see gemv_kernel): thread s of the
 // loop takes k16 blocks 2p, 2p + 1, x row i, quad t, loads its 8 values once (gathered by perm,
 // times the norm weight; zero past n_in) and writes them as hi to fragment row i and as lo to
@@ -339,14 +347,16 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
     load_batch<BITS, SP, R, U>(a.g, t, begin, end, cur);
     for (int d = 1; d <= a.pf0; ++d) prefetch_batch<BITS, SP, R, U>(a.g, t, begin + d * U, end, lane);
   }
-  // M <= 8 under a folded norm: the norm weight of each staged column (gathered by perm) is copied
-  // into gf before the wait, like the weights. It is a model weight, cold in L2 by the next token:
-  // staging would otherwise wait for it beside or after x (an H100, int4 g128, side by side with
-  // the tree before: decode +2.4%, the m = 8 layer -1.8%; bench/RESULTS.md, twenty-ninth session).
-  // Not at M = 16: the array there cost the M = 16 launches without a norm 3-5%.
+  // M <= 8 under a folded norm (norm_early): the norm weight of each staged column (gathered by
+  // perm) is copied into gf, after the staged x, before the wait, like the weights. It is a model
+  // weight, cold in L2 by the next token: staging would otherwise wait for it beside or after x (an
+  // H100, int4 g128, side by side with the tree before: decode +2.4%, the m = 8 layer -1.8%;
+  // bench/RESULTS.md, twenty-ninth session; in a static array in every M <= 8 kernel it was 0.5%
+  // slower at decode: thirtieth session). Not at M = 16: 8 KiB more shared memory a block there
+  // cost the M = 16 launches without a norm 3-5%.
   constexpr int kPre = kMaxStagedCols / kThreads;
-  const bool early = M <= 8 && a.norm != nullptr && a.norm_early && span <= kMaxStagedCols;
-  __shared__ float gf[M <= 8 ? kMaxStagedCols : 1];
+  const bool early = norm_early<M>(a, span);
+  float* const gf = reinterpret_cast<float*>(xs + static_cast<size_t>(pass) * C::kXSpan / 32 * SR * 4);
   if (early) {
     const int n_cols = min(span, a.g.n_in - col0);
     for (int c = static_cast<int>(threadIdx.x); c < n_cols; c += kThreads)
@@ -614,11 +624,19 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
     __stcg(ss_out + (o / a.m) * kMaxM + o % a.m, 0.f);
 }
 
-// Dynamic shared memory of a launch: the B fragments, span / 32 k16-block pairs x 2M rows x 4
-// quads x 16 bytes (span in columns of x).
+// Shared memory for `chunks` chunks of staged x: the B fragments, span / 32 k16-block pairs x 2M
+// rows x 4 quads x 16 bytes (span in columns of x).
 template <int BITS, bool SP, int M>
-size_t smem_of(int cpb) {
-  return static_cast<size_t>(cpb) * Codec<BITS, SP>::kXSpan / 32 * (2 * M) * 4 * 16;
+size_t xs_bytes(int chunks) {
+  return static_cast<size_t>(chunks) * Codec<BITS, SP>::kXSpan / 32 * (2 * M) * 4 * 16;
+}
+
+// Dynamic shared memory of a launch staging `pass` chunks at once: the B fragments, then, where
+// norm_early, the norm weights of the block's columns (a float each).
+template <int BITS, bool SP, int M>
+size_t smem_of(const Args& a, int pass) {
+  const int cols = a.cpb * Codec<BITS, SP>::kXSpan;
+  return xs_bytes<BITS, SP, M>(pass) + (norm_early<M>(a, cols) ? static_cast<size_t>(cols) * 4 : 0);
 }
 
 // Chunks of x a block stages at once (gemv_kernel: "Staging passes"): its whole range, unless that
@@ -636,8 +654,8 @@ int pass_of(const Args& a) {
     return pass;
   if (knob > 0)
     pass = knob / step * step;
-  else if (smem_of<BITS, SP, M>(a.cpb) > kMaxStagedBytes)
-    pass = static_cast<int>(kMaxStagedBytes / smem_of<BITS, SP, M>(1)) / step * step;
+  else if (xs_bytes<BITS, SP, M>(a.cpb) > kMaxStagedBytes)
+    pass = static_cast<int>(kMaxStagedBytes / xs_bytes<BITS, SP, M>(1)) / step * step;
   return std::clamp(pass, std::min(step, a.cpb), a.cpb);
 }
 
@@ -663,7 +681,7 @@ Status launch(const Args& a, Stream s) {
   auto* kernel = gemv_kernel<BITS, SP, M, R, PERM>;
   Args b = a;
   b.pass = pass_of<BITS, SP, M, R>(a);
-  const size_t smem = smem_of<BITS, SP, M>(b.pass);
+  const size_t smem = smem_of<BITS, SP, M>(b, b.pass);
   LITHE_TRY(detail::allow_smem(kernel, opted, smem, "gq gemv_kernel"));
   const dim3 grid(static_cast<unsigned>(a.items * a.ks));
   b.cluster = cluster_for(a, reinterpret_cast<const void*>(kernel), smem);
@@ -697,7 +715,7 @@ template <int BITS, bool SP>
 int cluster_size(const Args& a) {
   return with_kernel(a, [&]<int M, int R, bool PERM>() {
     auto* kernel = gemv_kernel<BITS, SP, M, R, PERM>;
-    const size_t smem = smem_of<BITS, SP, M>(pass_of<BITS, SP, M, R>(a));
+    const size_t smem = smem_of<BITS, SP, M>(a, pass_of<BITS, SP, M, R>(a));
     return cluster_for(a, reinterpret_cast<const void*>(kernel), smem) ? a.ks : 0;
   });
 }

@@ -78,7 +78,8 @@ inline constexpr int64_t kGemvItemRows = 128;
 int64_t gemv_scratch_bytes(const GemvOut* outs, int n_outs, Epilogue e);
 // The cluster size a gemv launch of these matrices at batch m uses for its k-split sums on the
 // current device: 0 for scratch sums (or no split), else the blocks per item (for tests and
-// benchmarks; LITHE_GEMV_CLUSTER=0 turns cluster sums off).
+// benchmarks; LITHE_GEMV_CLUSTER=0 turns cluster sums off). For a launch without a folded norm: with
+// one, blocks at m <= 8 take up to 8 KiB more shared memory (its weights), which may fit fewer.
 int gemv_cluster_size(const GemvOut* outs, int n_outs, int64_t m, Epilogue e);
 // Deferred residual sums (a decode step's o and down projections). An accumulate launch with
 // `add` leaves y alone: each block adds its k-split partial sums, in 2^-32 fixed point, into the

@@ -255,6 +255,7 @@ void bench_layer(Bench& c, const Format& fm, const std::vector<int>& ms) {
   // into accumulators acc0 / acc1, each folding the other into the residual; gate/up reads res +
   // acc0, and q/k/v x + acc1 (the engine's qkv reads the residual; x stands in for it here).
   struct Launch {
+    const char* name;
     std::vector<cuda::GemvOut> outs;
     const float* x;
     cuda::Epilogue e;
@@ -280,10 +281,10 @@ void bench_layer(Bench& c, const Format& fm, const std::vector<int>& ms) {
       for (const auto& [idx, y] : list) o.push_back({&ph[idx].desc, pw[idx].p[i], y});
       return o;
     };
-    layer[i] = {{outs({{0, q}, {1, k}, {2, v}}), x, cuda::Epilogue::store, true, r_qkv},
-                {outs({{3, res}}), q, cuda::Epilogue::accumulate, false, r_o},
-                {outs({{4, h}, {5, u}}), res, cuda::Epilogue::swiglu, true, r_gu},
-                {outs({{6, res}}), h, cuda::Epilogue::accumulate, false, r_down}};
+    layer[i] = {{"qkv", outs({{0, q}, {1, k}, {2, v}}), x, cuda::Epilogue::store, true, r_qkv},
+                {"o", outs({{3, res}}), q, cuda::Epilogue::accumulate, false, r_o},
+                {"gate/up", outs({{4, h}, {5, u}}), res, cuda::Epilogue::swiglu, true, r_gu},
+                {"down", outs({{6, res}}), h, cuda::Epilogue::accumulate, false, r_down}};
   }
   int64_t sbytes = 0;
   for (const Launch& l : layer[0])
@@ -307,11 +308,9 @@ void bench_layer(Bench& c, const Format& fm, const std::vector<int>& ms) {
   std::string parts;  // m = 1: what each launch adds to the layer (the layer less the layer without it)
   for (int m : ms) {
     const double gq_us = layer_us(m, -1);
-    if (m == 1) {
-      const char* names[4] = {"qkv", "o", "gate/up", "down"};
-      for (int j = 0; j < 4; ++j)
-        parts += std::string(j ? ", " : "") + names[j] + " " + fmt2(gq_us - layer_us(m, j));
-    }
+    if (m == 1)
+      for (size_t j = 0; j < layer[0].size(); ++j)
+        parts += std::string(j ? ", " : "") + layer[0][j].name + " " + fmt2(gq_us - layer_us(m, static_cast<int>(j)));
     const double f16_us = m > cuda::kMatvecMaxRows ? 0.0 : time_us(  // lithe's f16 matvec: m <= 8
         [&](int i) {
           auto w = [&](int idx) { return hw[idx].p[i % copies16]; };

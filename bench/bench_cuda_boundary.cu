@@ -8,6 +8,9 @@
 // - stream: one launch reading all of it with no dependency at all: the floor.
 // Every block reads a contiguous slice of each matrix, 16 bytes per thread and load, 8 loads in
 // flight per thread (a GEMV warp's two batches of 2 KiB). Grid: 2 blocks of 256 threads per SM.
+// Then the access pattern of the launches with PDL: who owns a contiguous slice (a block, whose
+// load instructions read 4 KiB together, or each warp, 512 bytes a load, as a GEMV warp streams
+// its tile in the GEMV layout) and how many 16-byte loads each thread keeps in flight.
 //   build-cuda/bin/bench_cuda_boundary [--quick]
 constexpr const char* kBenchName = "bench_cuda_boundary";
 #include "cuda_bench_util.cuh"
@@ -87,6 +90,61 @@ __global__ void __launch_bounds__(kThreads, 2) launch_kernel(Phases ph, int p, u
   atomicXor(out + blockIdx.x, acc);
 }
 
+// Launches with PDL, slices owned by warps (WARP: 32 threads a slice, each warp its own) or blocks,
+// K loads of 16 bytes in flight per thread; xor of what was read into out. REC (warp slices, K = 4,
+// as a GEMV warp's batch of 4 int4 chunks = 2 KiB = two g128 groups of a tile): also the batch's 8
+// scale-record loads (8 bytes a lane, 64 bytes a warp per group, through L1 as the GEMV's __ldg),
+// from records of 1/16 of the codes' bytes laid out per warp (REC = 1: the GEMV layout, a tile's
+// groups 64 bytes apart) or per block (REC = 2: a group's records of the block's 8 warps together).
+struct Recs {
+  const uint2* base[4 * kLayers];
+};
+template <int K, bool WARP, int REC>
+__global__ void __launch_bounds__(kThreads, 2) pattern_kernel(Phases ph, Recs rc, int p, uint32_t* out) {
+  static_assert(REC == 0 || (WARP && K == 4), "records follow a GEMV warp's batches");
+  lithe::cuda::detail::pdl_release();
+  constexpr int T = WARP ? 32 : kThreads;
+  const int64_t owners = WARP ? int64_t{gridDim.x} * (kThreads / 32) : gridDim.x;
+  const int64_t owner = WARP ? int64_t{blockIdx.x} * (kThreads / 32) + threadIdx.x / 32 : blockIdx.x;
+  const int t = WARP ? static_cast<int>(threadIdx.x % 32) : static_cast<int>(threadIdx.x);
+  const int64_t per0 = (ph.n16[p] + owners - 1) / owners;
+  const int64_t per = REC ? (per0 + 63) / 64 * 64 : per0;  // with records: whole groups
+  const int64_t lo = min(ph.n16[p], owner * per), hi = min(ph.n16[p], lo + per);
+  const int64_t groups = per / 64;  // 1 KiB of codes a group
+  const int w = static_cast<int>(threadIdx.x / 32);
+  auto rec_at = [&](int64_t grp) -> const uint2* {
+    if constexpr (REC == 1) return rc.base[p] + (owner * groups + grp) * 8 + t / 4;
+    return rc.base[p] + ((int64_t{blockIdx.x} * groups + grp) * (kThreads / 32) + w) * 8 + t / 4;
+  };
+  uint4 v[K];
+  uint2 r[REC ? 8 : 1];
+  auto load = [&](int64_t i0) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t i = i0 + t + int64_t{k} * T;
+      v[k] = i < hi ? lithe::cuda::detail::ld_stream(ph.base[p] + i) : make_uint4(0, 0, 0, 0);
+    }
+    if constexpr (REC != 0) {
+      const int64_t g0 = (i0 - lo) / 64;
+#pragma unroll
+      for (int u = 0; u < 8; ++u) r[u] = i0 < hi ? __ldg(rec_at(g0 + u / 4)) : make_uint2(0, 0);
+    }
+  };
+  load(lo);
+  lithe::cuda::detail::pdl_wait();
+  uint32_t acc = 0;
+  for (int64_t i0 = lo + int64_t{K} * T;; i0 += int64_t{K} * T) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
+    if constexpr (REC != 0)
+#pragma unroll
+      for (int u = 0; u < 8; ++u) acc += r[u].x ^ r[u].y;
+    if (i0 >= hi) break;
+    load(i0);
+  }
+  atomicXor(out + blockIdx.x, acc);
+}
+
 // Grid-wide barrier: the last block to arrive resets the count and bumps the generation.
 __device__ __forceinline__ void grid_barrier(unsigned* count, unsigned* gen) {
   __syncthreads();
@@ -144,6 +202,15 @@ int main(int argc, char** argv) {
     ph.n16[p] = static_cast<int64_t>(bytes / 16);
     total_mb += static_cast<double>(bytes) / 1e6;
   }
+  Recs rc{};
+  for (int p = 0; p < n; ++p) {
+    const size_t bytes = static_cast<size_t>(ph.n16[p]) + (256 << 10);  // 64 bytes per KiB of codes, rounded up per warp
+    void* d = nullptr;
+    CK(cudaMalloc(&d, bytes));
+    CK(cudaMemsetAsync(d, p + 7, bytes, b.s));
+    bufs.push_back(d);
+    rc.base[p] = static_cast<const uint2*>(d);
+  }
   uint32_t* out = nullptr;
   unsigned* sync = nullptr;
   CK(cudaMalloc(&out, grid * sizeof(uint32_t)));
@@ -183,6 +250,26 @@ int main(int argc, char** argv) {
         reps, b.s);
     row(name, t);
   }
+  std::printf("\nAccess pattern, launches with PDL:\n\n| slice owner, loads in flight per thread | us per layer | us "
+              "per matrix | GB/s | of copy |\n|---|---|---|---|---|\n");
+  auto pattern = [&](auto kernel, const char* name) {
+    const bench::Timing t = bench::time_runs(
+        [&](int) {
+          for (int p = 0; p < n; ++p)
+            lithe::cuda::detail::launch_with_pdl(true, kernel, dim3(grid), dim3(kThreads), 0, b.s, ph, rc, p, out);
+          CK(cudaGetLastError());
+        },
+        reps, b.s);
+    row(name, t);
+  };
+  pattern(pattern_kernel<4, false, 0>, "block, 4");
+  pattern(pattern_kernel<8, false, 0>, "block, 8");
+  pattern(pattern_kernel<16, false, 0>, "block, 16");
+  pattern(pattern_kernel<4, true, 0>, "warp, 4 (a GEMV batch)");
+  pattern(pattern_kernel<8, true, 0>, "warp, 8");
+  pattern(pattern_kernel<16, true, 0>, "warp, 16");
+  pattern(pattern_kernel<4, true, 1>, "warp, 4 + records per tile (the GEMV layout)");
+  pattern(pattern_kernel<4, true, 2>, "warp, 4 + records per block");
   for (void* d : bufs) CK(cudaFree(d));
   CK(cudaFree(out));
   CK(cudaFree(sync));

@@ -34,14 +34,15 @@
 #                                         (m = 1, 8, 16), then e2e int4 g128 dense / 2:4 / 2:4 on the
 #                                         Marlin layout (LITHE_GQ_KERNEL=marlin): tg128 at depth 0 and
 #                                         512, pp512, alternated (ROUNDS, default 2)
-#   bash bench/gq_device_run.sh ab [ROUNDS]
+#   bash bench/gq_device_run.sh ab [ROUNDS ["VAR=V ..." ...]]
 #                                         this tree against a baseline, side by side: ab/ holds the
 #                                         baseline's versions of the changed files (repository paths,
 #                                         e.g. `git show HEAD~1:src/kernels/cuda/gq_gemv.cu >
 #                                         ab/src/kernels/cuda/gq_gemv.cu`; untracked, so it travels);
 #                                         both built at once (build_baseline), then e2e int4 g128
 #                                         tg128 at depth 0 alternated (ROUNDS, default 2) and the int4
-#                                         matrices and layer (m = 1, 8, 16) from each build
+#                                         matrices and layer (m = 1, 8, 16) from each build, each
+#                                         under every environment setting given (default: none)
 #   bash bench/gq_device_run.sh knob ROUNDS "VAR=V ..." ["VAR=V ..." ...]
 #                                         the same binary under each environment setting in
 #                                         turn: e2e int4 g128 tg128 at depth 0 (alternated, ROUNDS
@@ -54,6 +55,8 @@
 #   bash bench/gq_device_run.sh profile REGEX SKIP [REGEX SKIP ...]
 #                                         ncu (speed of light, occupancy, warp states) on launch
 #                                         SKIP of the kernels matching REGEX in bench_cuda_gq_gemv --quick
+#                                         (ncu spells template arguments "(int)4, (bool)0": e.g.
+#                                         'gemv_kernel<\(int\)4, \(bool\)0, \(int\)1, \(int\)2')
 #   bash bench/gq_device_run.sh profile_qgemm SHAPE M [SHAPE M ...]
 #                                         the same on the Marlin GEMM of bench_cuda_qgemm's row
 #                                         (layer name containing SHAPE, batch M), after its warm-up
@@ -66,6 +69,12 @@
 #                                         and cuBLAS f16 through torch, then lithe's GEMV (m = 1, 8, 16)
 #                                         and Marlin GEMM (m = 1-128) on the same shapes, then torch again
 #                                         (after building bench_cuda_gq_gemv and bench_cuda_qgemm)
+#   bash bench/gq_device_run.sh survey [ROUNDS]
+#                                         a new machine kind's state, after building lithe,
+#                                         lithe_cuda_tests, bench_cuda_gq_gemv and bench_cuda_qgemm: the
+#                                         GEMV / Marlin tests, e2e tg128 at depth 0 (f16, int4 g128, 2:4
+#                                         int4 g128, int3 g128, int8; alternated, ROUNDS rounds), the
+#                                         int4 matrices and layer (m = 1, 8, 16), then `peer`'s torch rows
 # Logs go to $OUT (or out/device).
 set -uo pipefail
 source "$(dirname "$0")/device_common.sh"
@@ -274,12 +283,20 @@ PY
     build_cuda lithe bench_cuda_gq_gemv; wait; cat "$OUT/base.txt"
     BB=/tmp/base/$B/bin
     [ -x $BB/lithe ] || exit 1
-    for r in $(seq "${2:-2}"); do
-      for bin in $BB/lithe $L; do tg128 "round $r [$bin]" $bin; done
+    rounds=${2:-2}; shift 2 2>/dev/null || shift
+    [ $# -gt 0 ] || set -- "LITHE_AB=1"  # no setting given: each binary as it is
+    for r in $(seq "$rounds"); do
+      for setting in "$@"; do
+        read -ra envs <<< "$setting"
+        for bin in $BB/lithe $L; do tg128 "round $r [$bin $setting]" $bin "${envs[@]}"; done
+      done
     done
-    for bin in $BB/bench_cuda_gq_gemv $B/bin/bench_cuda_gq_gemv; do
-      BENCH_FORMAT=int4 BENCH_M=1,8,16 $bin --quick > "$OUT/ab_gemv.md" 2>&1
-      echo "== $bin"; gemv_rows "$OUT/ab_gemv.md"
+    for setting in "$@"; do
+      read -ra envs <<< "$setting"
+      for bin in $BB/bench_cuda_gq_gemv $B/bin/bench_cuda_gq_gemv; do
+        env "${envs[@]}" BENCH_FORMAT=int4 BENCH_M=1,8,16 $bin --quick > "$OUT/ab_gemv.md" 2>&1
+        echo "== $bin $setting"; gemv_rows "$OUT/ab_gemv.md"
+      done
     done
     ;;
   knob)
@@ -321,5 +338,19 @@ PY
       shift 2
     done
     ;;
-  *) echo "usage: $0 build|kernels|e2e|verify|cluster|gemv_cluster|gemv_norm|attn_single|defer|sparse|ppl|peer|ab|knob|profile|profile_qgemm"; exit 2 ;;
+  survey)
+    $B/bin/lithe_cuda_tests --gtest_filter='CudaGqGemv*:Marlin*' > "$OUT/survey_tests.txt" 2>&1
+    echo "== tests"; grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure" "$OUT/survey_tests.txt" | head -20
+    for r in $(seq "${2:-1}"); do
+      for dtype in f16 int4-g128 int4-g128-2:4 int3-g128 int8; do
+        j=$($L bench --synthetic llama2-7b --dtype $dtype -p 0 -n 128 -d 0 -r 5 --device cuda --kv-type f16 --json \
+            2> "$OUT/e2e.err") || { tail -5 "$OUT/e2e.err"; continue; }
+        echo "$j" | python3 -c "import json,sys; j=json.load(sys.stdin); print('round $r $dtype tg128@0', round(j['gen_tokens_per_second']['median'],1), 'tok/s, GB/s', round(j['decode_gb_per_second'],1))"
+      done
+    done
+    BENCH_FORMAT=int4 BENCH_M=1,8,16 $B/bin/bench_cuda_gq_gemv --quick > "$OUT/survey_gemv.md" 2>&1
+    grep -i -m2 "copy" "$OUT/survey_gemv.md"; grep -E "^\| (4096|11008|14336|int4)" "$OUT/survey_gemv.md" | cut -c1-150
+    python3 bench/torch_int4pack.py --m 1,8,16,128 2>&1 | tee "$OUT/torch_int4pack.md" | tail -25
+    ;;
+  *) echo "usage: $0 survey|build|kernels|e2e|verify|cluster|gemv_cluster|gemv_norm|attn_single|defer|sparse|ppl|peer|ab|knob|profile|profile_qgemm"; exit 2 ;;
 esac

@@ -36,9 +36,10 @@ inline bool overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_byt
 }
 
 // Facts of the current device, read once per device (device_info.cu): SM count, compute
-// capability major, opt-in shared memory per block. An error when the device cannot be read.
+// capability major, opt-in shared memory per block, peak memory bandwidth (GB/s, from the memory
+// clock and bus width; 0 where the device does not say). An error when the device cannot be read.
 struct DeviceFacts {
-  int sms = 0, major = 0, smem_optin = 0;
+  int sms = 0, major = 0, smem_optin = 0, mem_gbs = 0;
 };
 Status device_facts(DeviceFacts& out);
 

@@ -72,7 +72,7 @@ std::string ptr_str(const void* p) {
 
 Status device_facts(DeviceFacts& out) {
   constexpr int kMaxDevices = 64;
-  static std::array<std::atomic<int>, kMaxDevices> sms{}, major{}, smem{};
+  static std::array<std::atomic<int>, kMaxDevices> sms{}, major{}, smem{}, mem{};
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
@@ -89,6 +89,15 @@ Status device_facts(DeviceFacts& out) {
       (void)cudaGetLastError();
       return Status(StatusCode::internal, std::string("cannot read device attributes: ") + cudaGetErrorString(e));
     }
+    // Peak bandwidth: memory clock (kHz) x 2 (double data rate) x bus width (bits) / 8; left 0
+    // where either attribute is missing (not an error: only tuning reads it).
+    int clock_khz = 0, bus_bits = 0;
+    if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      clock_khz = bus_bits = 0;
+    }
+    mem[dev].store(static_cast<int>(int64_t{clock_khz} * 2 * bus_bits / 8 / 1000000), std::memory_order_relaxed);
     major[dev].store(b, std::memory_order_relaxed);
     smem[dev].store(c, std::memory_order_relaxed);
     sms[dev].store(a, std::memory_order_release);
@@ -96,6 +105,7 @@ Status device_facts(DeviceFacts& out) {
   out.sms = sms[dev].load(std::memory_order_acquire);
   out.major = major[dev].load(std::memory_order_relaxed);
   out.smem_optin = smem[dev].load(std::memory_order_relaxed);
+  out.mem_gbs = mem[dev].load(std::memory_order_relaxed);
   return Status::ok();
 }
 

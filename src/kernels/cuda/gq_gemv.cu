@@ -76,15 +76,20 @@ Split pick_split(int64_t items, int chunks, int cols, int loads, int sms) {
   return sp;
 }
 
-// Batches each warp asks L2 for ahead of its loads (Args::pf). On an H100 (bench/RESULTS.md,
-// twenty-first session) one batch ahead made int4 g128 decode 2.8% faster at m = 1 and int8 0.5%,
-// but cost int3 1.7% and int4 layers 1-3% at m = 4..8, so it is on where it helped only.
-// LITHE_GEMV_PREFETCH=N (a benchmark knob) sets N for every launch; LITHE_GEMV_PREFETCH_WAIT=N
-// the batches asked for before griddepcontrol.wait (default: the same N).
-int prefetch_batches(const QuantFormat& f, int64_t m) {
+// Batches each warp asks L2 for ahead of its loads (Args::pf). On an H100 (peak 3.35 TB/s;
+// bench/RESULTS.md, twenty-first session) one batch ahead made int4 g128 decode 2.8% faster at
+// m = 1 and int8 0.5%, but cost int3 1.7% and int4 layers 1-3% at m = 4..8, so it is on where it
+// helped only. On an H200 (peak 4.9 TB/s; thirty-first session, side by side) it cost int4 g128
+// decode 3.1% (482.3 vs 467.7 tok/s) and int8 5.8%: where memory answers faster, asking costs more
+// than the early bytes bring. So it is on only for devices whose peak memory bandwidth is below
+// kPrefetchBelowGbs (the H100's setting was not re-measured on the present kernel). LITHE_GEMV_PREFETCH=N (a benchmark knob) sets N for every launch;
+// LITHE_GEMV_PREFETCH_WAIT=N the batches asked for before griddepcontrol.wait (default: the same N).
+constexpr int kPrefetchBelowGbs = 4000;
+int prefetch_batches(const QuantFormat& f, int64_t m, int mem_gbs) {
   static const int knob = env_knob("LITHE_GEMV_PREFETCH", -1);
   if (knob >= 0) return std::min(knob, 8);
-  return m == 1 && (f.bits == 4 || f.bits == 8) ? kPrefetchBatches : 0;
+  const bool slow_memory = mem_gbs > 0 && mem_gbs < kPrefetchBelowGbs;
+  return slow_memory && m == 1 && (f.bits == 4 || f.bits == 8) ? kPrefetchBatches : 0;
 }
 
 // Tiles and items of a launch (swiglu: the gate's tiles), its split and its scratch: [items] u32
@@ -294,7 +299,7 @@ Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue
                    std::to_string(need) + " bytes, 256-byte aligned and zeroed (gemv_scratch_bytes)");
   a.n_mats = n_outs;
   plan_args(p, m, e, a);
-  a.pf = prefetch_batches(outs[0].w->fmt, m);
+  a.pf = prefetch_batches(outs[0].w->fmt, m, d.mem_gbs);
   static const int wait_knob = env_knob("LITHE_GEMV_PREFETCH_WAIT", -1);
   a.pf0 = wait_knob >= 0 ? std::min(wait_knob, 16) : a.pf;
   static const bool norm_late = detail::env_zero("LITHE_GEMV_NORM_EARLY");  // a benchmark knob: 0 reads it after x

@@ -95,12 +95,13 @@ same_bits() {
   [ -s /tmp/hash1.txt ] && [ "$ndiff" = 0 ] || { echo "FAILED: $knob=1 must give the bits of $knob=0" | tee -a "$log"; return 1; }
 }
 # tg128 TAG BIN [VAR=V ...]: BIN's int4 g128 tg128 from an empty context under that environment,
-# printed as "TAG int4-g128 tg128@0 N tok/s" (median of 5).
+# printed as "TAG int4-g128 tg128@0 N tok/s" (median of 5); DTYPE=d (set by the caller;
+# lithe ignores it) times that dtype instead.
 tg128() {
-  local tag=$1 bin=$2 j; shift 2
-  j=$(env "$@" "$bin" bench --synthetic llama2-7b --dtype int4-g128 -p 0 -n 128 -r 5 --device cuda --kv-type f16 \
+  local tag=$1 bin=$2 dt=${DTYPE:-int4-g128} j; shift 2
+  j=$(env "$@" "$bin" bench --synthetic llama2-7b --dtype "$dt" -p 0 -n 128 -r 5 --device cuda --kv-type f16 \
       -d 0 --json 2> "$OUT/e2e.err") || { tail -5 "$OUT/e2e.err"; return 0; }
-  echo "$j" | python3 -c "import json,sys; j=json.load(sys.stdin); print('$tag int4-g128 tg128@0', round(j['gen_tokens_per_second']['median'],1), 'tok/s')"
+  echo "$j" | python3 -c "import json,sys; j=json.load(sys.stdin); print('$tag $dt tg128@0', round(j['gen_tokens_per_second']['median'],1), 'tok/s')"
 }
 # gemv_rows FILE: the matrix and layer rows of a bench_cuda_gq_gemv table (not the f16 ones).
 gemv_rows() { grep -E "^\| (4096|11008|14336|int4)" "$1" | grep -v "x f16" | cut -c1-100; }
@@ -342,11 +343,7 @@ PY
     $B/bin/lithe_cuda_tests --gtest_filter='CudaGqGemv*:Marlin*' > "$OUT/survey_tests.txt" 2>&1
     echo "== tests"; grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure" "$OUT/survey_tests.txt" | head -20
     for r in $(seq "${2:-1}"); do
-      for dtype in f16 int4-g128 int4-g128-2:4 int3-g128 int8; do
-        j=$($L bench --synthetic llama2-7b --dtype $dtype -p 0 -n 128 -d 0 -r 5 --device cuda --kv-type f16 --json \
-            2> "$OUT/e2e.err") || { tail -5 "$OUT/e2e.err"; continue; }
-        echo "$j" | python3 -c "import json,sys; j=json.load(sys.stdin); print('round $r $dtype tg128@0', round(j['gen_tokens_per_second']['median'],1), 'tok/s, GB/s', round(j['decode_gb_per_second'],1))"
-      done
+      for dtype in f16 int4-g128 int4-g128-2:4 int3-g128 int8; do DTYPE=$dtype tg128 "round $r" $L; done
     done
     BENCH_FORMAT=int4 BENCH_M=1,8,16 $B/bin/bench_cuda_gq_gemv --quick > "$OUT/survey_gemv.md" 2>&1
     grep -i -m2 "copy" "$OUT/survey_gemv.md"; grep -E "^\| (4096|11008|14336|int4)" "$OUT/survey_gemv.md" | cut -c1-150

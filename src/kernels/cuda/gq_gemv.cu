@@ -82,8 +82,9 @@ Split pick_split(int64_t items, int chunks, int cols, int loads, int sms) {
 // helped only. On an H200 (peak 4.9 TB/s; thirty-first session, side by side) it cost int4 g128
 // decode 3.1% (482.3 vs 467.7 tok/s) and int8 5.8%: where memory answers faster, asking costs more
 // than the early bytes bring. So it is on only for devices whose peak memory bandwidth is below
-// kPrefetchBelowGbs (the H100's setting was not re-measured on the present kernel). LITHE_GEMV_PREFETCH=N (a benchmark knob) sets N for every launch;
-// LITHE_GEMV_PREFETCH_WAIT=N the batches asked for before griddepcontrol.wait (default: the same N).
+// kPrefetchBelowGbs (the H100's setting was not re-measured on the present kernel).
+// LITHE_GEMV_PREFETCH=N (a benchmark knob) sets N for every launch; LITHE_GEMV_PREFETCH_WAIT=N the
+// batches asked for before griddepcontrol.wait (default: the same N).
 constexpr int kPrefetchBelowGbs = 4000;
 int prefetch_batches(const QuantFormat& f, int64_t m, int mem_gbs) {
   static const int knob = env_knob("LITHE_GEMV_PREFETCH", -1);

@@ -16,6 +16,8 @@
 #   bash bench/gq_device_run.sh gemv_norm [ROUNDS]
 #                                         the same for the norm weights copied before the wait
 #                                         (LITHE_GEMV_NORM_EARLY)
+#   bash bench/gq_device_run.sh gemv_runs [ROUNDS]
+#                                         the same for static group runs (LITHE_GEMV_STATIC_RUNS)
 #   bash bench/gq_device_run.sh gemv_pass
 #                                         the GEMV's staging passes at M = 16: tests with passes forced
 #                                         and by default (outputs hashed and compared), then the single
@@ -198,12 +200,13 @@ for key, v in rows.items():
 print("\n".join(pp))
 PY
     ;;
-  gemv_cluster|gemv_norm)
+  gemv_cluster|gemv_norm|gemv_runs)
     # A GEMV knob on against off: the cluster sums against scratch sums (LITHE_GEMV_CLUSTER), the
-    # norm weights copied before griddepcontrol.wait against read with x (LITHE_GEMV_NORM_EARLY).
+    # norm weights copied before griddepcontrol.wait against read with x (LITHE_GEMV_NORM_EARLY),
+    # static group runs against the general loop (LITHE_GEMV_STATIC_RUNS).
     # The GEMV and rope tests both ways, outputs hashed (the bits must agree), then `knob` with
     # ROUNDS (default 3).
-    k=LITHE_GEMV_CLUSTER; [ "$1" = gemv_norm ] && k=LITHE_GEMV_NORM_EARLY
+    k=LITHE_GEMV_CLUSTER; [ "$1" = gemv_norm ] && k=LITHE_GEMV_NORM_EARLY; [ "$1" = gemv_runs ] && k=LITHE_GEMV_STATIC_RUNS
     same_bits $k LITHE_TEST_GEMV_HASH "gemv hash" 'CudaGqGemv*:CudaMatvecRope*' "$OUT/gemv_tests.txt" || exit 1
     bash "$0" knob "${2:-3}" $k=1 $k=0
     ;;
@@ -349,5 +352,5 @@ PY
     grep -i -m2 "copy" "$OUT/survey_gemv.md"; grep -E "^\| (4096|11008|14336|int4)" "$OUT/survey_gemv.md" | cut -c1-150
     python3 bench/torch_int4pack.py --m 1,8,16,128 2>&1 | tee "$OUT/torch_int4pack.md" | tail -25
     ;;
-  *) echo "usage: $0 survey|build|kernels|e2e|verify|cluster|gemv_cluster|gemv_norm|attn_single|defer|sparse|ppl|peer|ab|knob|profile|profile_qgemm"; exit 2 ;;
+  *) echo "usage: $0 survey|build|kernels|e2e|verify|cluster|gemv_cluster|gemv_norm|gemv_runs|attn_single|defer|sparse|ppl|peer|ab|knob|profile|profile_qgemm"; exit 2 ;;
 esac

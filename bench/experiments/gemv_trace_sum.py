@@ -1,61 +1,46 @@
 # Summarizes the stamps of bench/experiments/gemv_trace.patch (LITHE_GEMV_TRACE): the last decode
-# step's GEMV launches in time order, times relative to the previous GEMV launch's last block exit.
-import sys, statistics as st
-L = []
-cur = None
+# step's GEMV launches in time order. Per launch kind, medians over the step's launches of: when the
+# first block's wait passed (us after the previous GEMV launch's last block exit, E), and per-block
+# medians of staging (wait -> x staged), the first batch (x staged -> warp 0's first batch
+# multiplied), the rest of the main loop, the tail (loop done -> exit; k-split sums, epilogue), the
+# SM clock over the main loop (GHz), and when the launch's last block exited (end, after E).
+import statistics as st
+import sys
+
+launches, cur = [], None
 for line in open(sys.argv[1]):
     p = line.split()
     if p[0] == 'L':
-        cur = dict(slot=int(p[1]), grid=int(p[2]), ks=int(p[3]), cl=int(p[4]), m=int(p[5]), epi=int(p[6]),
-                   nm=int(p[7]), n_out=int(p[8]), n_in=int(p[9]), seq=int(p[10]), b=[])
-        L.append(cur)
+        cur = dict(grid=int(p[2]), ks=int(p[3]), nm=int(p[7]), n_in=int(p[9]), b=[])
+        launches.append(cur)
     else:
         cur['b'].append([int(v) for v in p])
-L = [l for l in L if l['b'] and min(b[1] for b in l['b']) > 0]
-for l in L:
-    bs = l['b']
-    l['t0'] = min(b[1] for b in bs); l['t4'] = max(b[5] for b in bs)
-L.sort(key=lambda l: l['t0'])
-# the last step: walk back from the end while launches follow within 200 us
-step = [L[-1]]
-for l in reversed(L[:-1]):
-    if step[0]['t0'] - l['t4'] > 200_000: break
+# block line: 0 SM, 1 start, 2 wait, 3 staged, 4 loop done, 5 exit, 6 first batch, 7 (unused),
+# 8..11 SM clock at wait, staged, first batch, loop done
+launches = [l for l in launches if l['b'] and min(b[1] for b in l['b']) > 0]
+for l in launches:
+    l['t0'] = min(b[1] for b in l['b'])
+    l['t4'] = max(b[5] for b in l['b'])
+launches.sort(key=lambda l: l['t0'])
+step = [launches[-1]]  # the last step: walk back while launches follow within 200 us
+for l in reversed(launches[:-1]):
+    if step[0]['t0'] - l['t4'] > 200_000:
+        break
     step.insert(0, l)
-print(f"launches in last step: {len(step)}; span {(step[-1]['t4'] - step[0]['t0']) / 1000:.1f} us")
-# timer resolution
-vals = sorted({b[2] for b in step[len(step)//2]['b']})
-d = [y - x for x, y in zip(vals, vals[1:]) if y > x]
-print("smallest stamp step (ns):", min(d) if d else None)
+print(f"launches in the last step: {len(step)}; span {(step[-1]['t4'] - step[0]['t0']) / 1000:.1f} us")
 name = {(3, 4096): 'qkv', (1, 4096): 'o', (2, 4096): 'gate/up', (1, 11008): 'down'}
-rows = {}
-prev = None
-det = []
+rows, prev = {}, None
 for l in step:
-    bs = l['b']
-    E = prev['t4'] if prev else l['t0']
-    key = name.get((l['nm'], l['n_in']), f"{l['nm']}x{l['n_out']}x{l['n_in']}")
-    t1 = [b[2] for b in bs]; t2 = [b[3] for b in bs]; t3 = [b[4] for b in bs]; t4 = [b[5] for b in bs]
-    r = dict(
-        start=(l['t0'] - E) / 1e3,
-        early=sum(1 for b in bs if b[1] < E),
-        wait=(min(t1) - E) / 1e3,
-        wait_max=(max(t1) - E) / 1e3,
-        staged=(max(t2) - min(t1)) / 1e3,
-        loop_med=st.median(b[4] - b[2] for b in bs) / 1e3,
-        loop_max=(max(t3) - min(t1)) / 1e3,
-        red=(max(t4) - max(t3)) / 1e3,
-        end=(l['t4'] - E) / 1e3,
-        dur=(l['t4'] - l['t0']) / 1e3,
-        sms=len({b[0] for b in bs}))
-    rows.setdefault(key, []).append(r)
-    det.append((key, l['grid'], l['ks'], l['cl'], r))
+    bs, E = l['b'], (prev['t4'] if prev else l['t0'])
+    med = lambda f: st.median(f(b) for b in bs) / 1e3
+    r = dict(grid=l['grid'], ks=l['ks'], wait=(min(b[2] for b in bs) - E) / 1e3,
+             staging=med(lambda b: b[3] - b[2]), first=med(lambda b: b[6] - b[3]), loop=med(lambda b: b[4] - b[6]),
+             tail=med(lambda b: b[5] - b[4]), ghz=st.median((b[11] - b[9]) / max(1, b[4] - b[3]) for b in bs),
+             end=(l['t4'] - E) / 1e3)
+    rows.setdefault(name.get((l['nm'], l['n_in']), f"{l['nm']}x{l['n_in']}"), []).append(r)
     prev = l
-cols = ['start', 'early', 'wait', 'wait_max', 'staged', 'loop_med', 'loop_max', 'red', 'end', 'dur', 'sms']
-print("times in us relative to the previous GEMV launch's last block end (E); medians over the step's launches")
-print("launch      n   " + " ".join(f"{c:>8}" for c in cols))
+cols = ['grid', 'ks', 'wait', 'staging', 'first', 'loop', 'tail', 'ghz', 'end']
+print('launch   n  ' + ' '.join(f'{c:>8}' for c in cols))
 for k, rs in rows.items():
-    print(f"{k:10} {len(rs):3}   " + " ".join(f"{st.median(r[c] for r in rs):8.2f}" for c in cols))
-print("sum of 'end' over the step (us):", round(sum(r['end'] for _, _, _, _, r in det), 1))
-print("first 10 launches of the step in detail:")
-for key, g, ks, cl, r in det[4:14]:
-    print(f"{key:10} grid {g:4} ks {ks} cl {cl}  " + " ".join(f"{c}={r[c]:.2f}" for c in cols))
+    print(f'{k:8} {len(rs):2} ' + ' '.join(f'{st.median(r[c] for r in rs):8.2f}' for c in cols))
+print("sum of 'end' over the step (us):", round(sum(st.median(r['end'] for r in rs) * len(rs) for rs in rows.values()), 1))

@@ -305,6 +305,8 @@ Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue
   a.pf0 = wait_knob >= 0 ? std::min(wait_knob, 16) : a.pf;
   static const bool norm_late = detail::env_zero("LITHE_GEMV_NORM_EARLY");  // a benchmark knob: 0 reads it after x
   a.norm_early = norm_late ? 0 : 1;
+  static const bool runs_off = detail::env_zero("LITHE_GEMV_STATIC_RUNS");  // a benchmark knob: 0 never
+  a.runs = runs_off ? 0 : 1;
   if (r.add != nullptr) a.cluster = 0;
   a.acc_add = r.add;
   a.acc_fold = r.fold;

@@ -89,6 +89,7 @@ struct Args {
   // Chunks of x a block stages at once (the launcher's pass_of: cpb unless too large; read only by
   // the can_pass kernels, last so that the others' parameters keep their offsets).
   int pass;
+  int runs;  // 1: static group runs where the range allows (gemv_kernel, M <= 4); 0: never
 };
 
 // The launchers, one instantiation per bit width (2, 3, 4, 8) and for 2:4 sparse int4 (SP) each.

@@ -15,6 +15,8 @@
 //   is issued before the previous one is multiplied. Where it helps (gq_gemv.cu: prefetch_batches),
 //   lane 0 also asks L2 for the batch after each batch it loads (and, before the wait, for the
 //   second batch): more of the stream in flight than the registers hold.
+// - Where the group size allows (M <= 4), a block's full batches run a copy of the loop with every
+//   group run's start known at compile time ("Static group runs" in gemv_kernel): no branches.
 // - After the wait the block stages its k-range of x once for its 8 tiles (at M = 16, where that
 //   would take more than kMaxStagedBytes, in passes: pass_of), into shared memory as MMA
 //   B fragments: each value gathered by perm (act-order), times the norm weight (folded RMSNorm;
@@ -108,8 +110,10 @@ struct Batch {
   uint2 rec[R][U][Codec<BITS>::kUnits];
 };
 
-// Issues the batch at chunk b of this warp's range [.., end).
-template <int BITS, bool SP, int R, int U>
+// Issues the batch at chunk b of this warp's range [.., end). GU < 0: any batch, every unit's
+// record. Static group runs (gemv_kernel; GU >= 0): every chunk of the batch is below end unless
+// !FULL, and only the records that start a group of GU units (none for GU = 0).
+template <int BITS, bool SP, int R, int U, int GU = -1, bool FULL = false>
 __device__ __forceinline__ void load_batch(const Geo& g, const Tiles<R>& t, int b, int end, Batch<BITS, R, U>& bt) {
   using C = Codec<BITS, SP>;
   // The batch's lane pointers once (one wide multiply-add each); chunk u is then an immediate offset.
@@ -123,7 +127,7 @@ __device__ __forceinline__ void load_batch(const Geo& g, const Tiles<R>& t, int 
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int c = b + u;
-    if (c < end)
+    if (FULL || c < end)
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         bt.v[r][u].lo = ld_stream(cb[r] + u * 32);
@@ -131,7 +135,11 @@ __device__ __forceinline__ void load_batch(const Geo& g, const Tiles<R>& t, int 
 #pragma unroll
         for (int k = 0; k < C::kUnits; ++k) {
           const int unit = min(c * C::kUnits + k, g.units - 1);  // a padding unit: any record
-          bt.rec[r][u][k] = __ldg(t.rp[r] + static_cast<uint32_t>(group_of(g, unit)) * 8u);
+          if constexpr (GU < 0)
+            bt.rec[r][u][k] = __ldg(t.rp[r] + static_cast<uint32_t>(group_of(g, unit)) * 8u);
+          else if constexpr (GU > 0)
+            if ((u * C::kUnits + k) % GU == 0)  // (the batch starts a group)
+              bt.rec[r][u][k] = __ldg(t.rp[r] + static_cast<uint32_t>(unit / GU) * 8u);
         }
       }
   }
@@ -188,6 +196,15 @@ __device__ __forceinline__ void rope_kv_item(const Args& a, int64_t item, const 
     detail::rope_kv_pair_out(a.rope, j, p, i, mt.y, mt.n_out, fin[ra / kRows][0][i][ra % kRows],
                              fin[rb / kRows][0][i][rb % kRows]);
   }
+}
+
+// Units per group for static group runs (gemv_kernel) over units [u0, u1): 0 where they lie in one
+// group, 1, 2 or 4 where every group has that many units and u0 starts one, else -1. (A padding unit
+// that lands on a group start only adds zeros to a fresh run: the same bits as the general loop.)
+__device__ __forceinline__ int static_group_units(const Geo& g, int u0, int u1) {
+  if (group_of(g, u0) == group_of(g, u1 - 1)) return 0;
+  const int gu = group_of(g, 1) == 1 ? 1 : group_of(g, 2) == 1 ? 2 : group_of(g, 4) == 1 && group_of(g, 3) == 0 ? 4 : -1;
+  return gu > 0 && u0 % gu == 0 ? gu : -1;
 }
 
 // Value (i, col) of x as the launch reads it: plus the deferred residual sums where there are some.
@@ -445,24 +462,34 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
   const uint4* const xs_lane = xs + (SR < 8 ? g % SR : g) * 4 + tq;
   int staged = begin;  // the first chunk of the staged pass
   // Multiplies batch bt, which holds chunks [b, b + U) of the range.
-  auto multiply = [&](const Batch<BITS, R, U>& bt, int b) {
+  // GU >= 0 (static group runs): the batch is full and starts a group of GU units (or lies in the
+  // range's one group, GU = 0), so where runs start is known at compile time.
+  auto multiply = [&]<int GU = -1>(const Batch<BITS, R, U>& bt, int b) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = b + u;
-      if (c >= end) break;  // warp-uniform
+      if (GU < 0 && c >= end) break;  // warp-uniform
 #pragma unroll
       for (int k = 0; k < C::kUnits; ++k) {
         // A padding unit past n_in (the last chunk's second half) runs like any other: its codes
         // and its staged x are zero and its record is a real one (load_batch), so it adds zeros.
         const int unit = c * C::kUnits + k;
-        const int grp = group_of(a.g, unit);
-        if (grp != run_group) {  // warp-uniform
+        bool starts;  // warp-uniform
+        if constexpr (GU < 0) {
+          const int grp = group_of(a.g, unit);
+          starts = grp != run_group;
+          run_group = grp;
+        } else if constexpr (GU > 0) {
+          starts = (u * C::kUnits + k) % GU == 0;
+        } else {
+          starts = false;  // (the range's one group)
+        }
+        if (starts) {
 #pragma unroll
           for (int r = 0; r < R; ++r) {
             fold(sum[r]);
             start_run<BITS>(sum[r], bt.rec[r][u][k]);
           }
-          run_group = grp;
         }
         // B fragments of the unit's two k16 blocks (SP: four, two per mma.sp): one uint4 per n8 block.
         mma_unit<BITS, SP, R, NB, U>(sum, bt.v, u, k, xs_lane + ((c - staged) * (C::kBlocks / 2) + k) * C::kXs * SR * 4,
@@ -479,8 +506,51 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
   Batch<BITS, R, U> nxt;
   const int ahead = a.pf * U;  // the prefetch runs this many chunks ahead of the loads
   const bool passes = can_pass(M, R) && pass < end - begin;  // block-uniform
+  // Static group runs (M <= 4; Args::runs). Where every group of the block's range is GU = 2 or 4
+  // units and the range starts a group (int4 g64 / g128, 2:4 int4 g128, int3 / int2 g64: GU 2;
+  // int4 / int3 g128: GU 4), or the range lies in one group (per channel: GU = 0), its pairs of full
+  // batches run a copy of the loop in which the fold of each run and the start of the next sit where
+  // the compiler can see them: no branch per unit or chunk, so a batch is one block of code it can
+  // schedule (the two groups of an int4 g128 batch become two independent MMA chains; the loop's
+  // instructions per batch fell by a third), and only the records that start a group are loaded.
+  // The same operations in the same order: the same bits. The rest of the range runs the loop below.
+  // Why: a warp's batch is a chain of dependent instructions more than a load of bandwidth; with one
+  // block per SM instead of two the H200 ran each warp's batch only ~20% faster (thirty-second
+  // session's trace). H200, Llama-2-7B int4 g128 decode side by side: 519.6 vs 484.3 tok/s
+  // (bench/RESULTS.md). Not at M = 8, 16, nor group 32 (GU = 1): those copies spill.
+  int b0 = begin;
+  if constexpr (M <= 4) {
+    auto runs = [&]<int GU>() {
+      static_assert(GU == 0 || U * C::kUnits % (GU + (GU == 0)) == 0, "batches start groups");
+      if constexpr (GU == 0)
+#pragma unroll
+        for (int r = 0; r < R; ++r) start_run<BITS>(sum[r], cur.rec[r][0][0]);  // (loaded by the general load_batch)
 #pragma unroll 1
-  for (int b = begin; (has_tile || passes) && b < end; b += 2 * U) {
+      for (; b0 + 2 * U <= end; b0 += 2 * U) {
+        load_batch<BITS, SP, R, U, GU, true>(a.g, t, b0 + U, end, nxt);
+        if (ahead > 0) prefetch_batch<BITS, SP, R, U>(a.g, t, b0 + U + ahead, end, lane);
+        multiply.template operator()<GU>(cur, b0);
+        if (b0 + 3 * U <= end) load_batch<BITS, SP, R, U, GU, true>(a.g, t, b0 + 2 * U, end, cur);
+        else if (b0 + 2 * U < end) load_batch<BITS, SP, R, U, GU, false>(a.g, t, b0 + 2 * U, end, cur);
+        if (ahead > 0) prefetch_batch<BITS, SP, R, U>(a.g, t, b0 + 2 * U + ahead, end, lane);
+        multiply.template operator()<GU>(nxt, b0 + U);
+      }
+      // The loop below goes on with the range's one group (GU = 0) or at the start of a group.
+      run_group = GU == 0 ? group_of(a.g, begin * C::kUnits) : -1;
+    };
+    const int gu = static_group_units(a.g, begin * C::kUnits, end * C::kUnits);
+    if (a.runs != 0 && has_tile && !passes && begin + 2 * U <= end) {  // (warp-uniform)
+      if (gu == 0) {
+        runs.template operator()<0>();
+      } else if (gu == 2) {
+        if constexpr (U * C::kUnits % 2 == 0) runs.template operator()<2>();
+      } else if (gu == 4) {
+        if constexpr (U * C::kUnits % 4 == 0) runs.template operator()<4>();
+      }
+    }
+  }
+#pragma unroll 1
+  for (int b = b0; (has_tile || passes) && b < end; b += 2 * U) {
     if (passes && b - staged == pass) {
       __syncthreads();  // every warp is done with the previous pass
       staged = b;

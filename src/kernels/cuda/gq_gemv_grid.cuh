@@ -507,8 +507,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
   const int ahead = a.pf * U;  // the prefetch runs this many chunks ahead of the loads
   const bool passes = can_pass(M, R) && pass < end - begin;  // block-uniform
   // Static group runs (M <= 4; Args::runs). Where every group of the block's range is GU = 2 or 4
-  // units and the range starts a group (int4 g64 / g128, 2:4 int4 g128, int3 / int2 g64: GU 2;
-  // int4 / int3 g128: GU 4), or the range lies in one group (per channel: GU = 0), its pairs of full
+  // units and the range starts a group (GU 2: int4 / int3 / int2 g64, 2:4 int4 g128; GU 4: int4 /
+  // int3 / int2 / int8 g128), or the range lies in one group (per channel: GU = 0), its pairs of full
   // batches run a copy of the loop in which the fold of each run and the start of the next sit where
   // the compiler can see them: no branch per unit or chunk, so a batch is one block of code it can
   // schedule (the two groups of an int4 g128 batch become two independent MMA chains; the loop's

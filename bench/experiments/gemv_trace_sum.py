@@ -29,7 +29,7 @@ for l in reversed(launches[:-1]):
     step.insert(0, l)
 print(f"launches in the last step: {len(step)}; span {(step[-1]['t4'] - step[0]['t0']) / 1000:.1f} us")
 name = {(3, 4096): 'qkv', (1, 4096): 'o', (2, 4096): 'gate/up', (1, 11008): 'down'}
-rows, prev = {}, None
+rows, prev, total = {}, None, 0.0
 for l in step:
     bs, E = l['b'], (prev['t4'] if prev else l['t0'])
     med = lambda f: st.median(f(b) for b in bs) / 1e3
@@ -38,9 +38,10 @@ for l in step:
              tail=med(lambda b: b[5] - b[4]), ghz=st.median((b[11] - b[9]) / max(1, b[4] - b[3]) for b in bs),
              end=(l['t4'] - E) / 1e3)
     rows.setdefault(name.get((l['nm'], l['n_in']), f"{l['nm']}x{l['n_in']}"), []).append(r)
+    total += r['end']
     prev = l
 cols = ['grid', 'ks', 'wait', 'staging', 'first', 'loop', 'tail', 'ghz', 'end']
 print('launch   n  ' + ' '.join(f'{c:>8}' for c in cols))
 for k, rs in rows.items():
     print(f'{k:8} {len(rs):2} ' + ' '.join(f'{st.median(r[c] for r in rs):8.2f}' for c in cols))
-print("sum of 'end' over the step (us):", round(sum(st.median(r['end'] for r in rs) * len(rs) for rs in rows.values()), 1))
+print("sum of 'end' over the step (us):", round(total, 1))

@@ -199,8 +199,10 @@ __device__ __forceinline__ void rope_kv_item(const Args& a, int64_t item, const 
 }
 
 // Units per group for static group runs (gemv_kernel) over units [u0, u1): 0 where they lie in one
-// group, 1, 2 or 4 where every group has that many units and u0 starts one, else -1. (A padding unit
-// that lands on a group start only adds zeros to a fresh run: the same bits as the general loop.)
+// group, 1, 2 or 4 where every group has that many units and u0 starts one, else -1 (gemv_kernel
+// runs no copy for 1, group 32: it spilled; dropping the 1 here re-allocated the kernel's registers,
+// which the device could not re-time in the thirty-second session). (A padding unit that lands on a
+// group start only adds zeros to a fresh run: the same bits as the general loop.)
 __device__ __forceinline__ int static_group_units(const Geo& g, int u0, int u1) {
   if (group_of(g, u0) == group_of(g, u1 - 1)) return 0;
   const int gu = group_of(g, 1) == 1 ? 1 : group_of(g, 2) == 1 ? 2 : group_of(g, 4) == 1 && group_of(g, 3) == 0 ? 4 : -1;

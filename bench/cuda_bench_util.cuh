@@ -117,17 +117,17 @@ inline bool knob_off(const char* name) {
   return e != nullptr && std::strcmp(e, "0") == 0;
 }
 
-// The batch sizes of BENCH_M=1,8 (a comma-separated list), or `dflt` when it is unset; exits 2 on a
-// malformed list.
-inline std::vector<int> batches_from_env(std::vector<int> dflt) {
-  const char* e = std::getenv("BENCH_M");
+// The integers of environment variable `var` (a comma-separated list, each >= `lo`), or `dflt`
+// when it is unset; exits 2 naming the variable on a malformed list.
+inline std::vector<int> ints_from_env(const char* var, std::vector<int> dflt, long lo) {
+  const char* e = std::getenv(var);
   if (e == nullptr) return dflt;
   std::vector<int> out;
   for (const char* c = e; *c != 0;) {
     char* end = nullptr;
     const long v = std::strtol(c, &end, 10);
-    if (end == c || v < 1) {
-      std::fprintf(stderr, "BENCH_M=%s: expected a comma-separated list of batch sizes >= 1\n", e);
+    if (end == c || v < lo) {
+      std::fprintf(stderr, "%s=%s: expected a comma-separated list of integers >= %ld\n", var, e, lo);
       std::exit(2);
     }
     out.push_back(static_cast<int>(v));
@@ -135,6 +135,9 @@ inline std::vector<int> batches_from_env(std::vector<int> dflt) {
   }
   return out;
 }
+
+// The batch sizes of BENCH_M=1,8, or `dflt` when it is unset.
+inline std::vector<int> batches_from_env(std::vector<int> dflt) { return ints_from_env("BENCH_M", std::move(dflt), 1); }
 
 // What every benchmark program sets up: the stream, cuBLAS on it, the device, the repetitions per
 // row (20 with --quick, else 100) and the copy bandwidth.

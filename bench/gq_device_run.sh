@@ -26,6 +26,11 @@
 #                                         decode attention's single-block path for short contexts:
 #                                         attention tests with it on and LITHE_ATTN_SINGLE=0 (outputs
 #                                         hashed and compared), then `knob` on / off
+#   bash bench/gq_device_run.sh attn_early [ROUNDS]
+#                                         decode attention's first tile before *n_kv: attention tests
+#                                         with it on and LITHE_ATTN_EARLY_ISSUE=0 (outputs hashed and
+#                                         compared), bench_cuda_attention each way, then tg128 int4
+#                                         g128 at depth 0 (alternated) and 512 each way
 #   bash bench/gq_device_run.sh defer [ROUNDS]
 #                                         deferred residual sums (o and down): GEMV, backend and
 #                                         model tests with them on and LITHE_GEMV_DEFER=0, then
@@ -228,6 +233,25 @@ PY
     # decode attention tests both ways, outputs hashed (the bits must agree), then `knob`.
     same_bits LITHE_ATTN_SINGLE LITHE_TEST_ATTN_HASH "attn hash" 'CudaAttention.Decode*:CudaAttention.Scrambled*' "$OUT/attn_tests.txt" || exit 1
     bash "$0" knob "${2:-3}" LITHE_ATTN_SINGLE=1 LITHE_ATTN_SINGLE=0
+    ;;
+  attn_early)
+    # Decode attention's first tile asked for before *n_kv (LITHE_ATTN_EARLY_ISSUE=0: after): the
+    # attention tests both ways, outputs hashed (the bits must agree), bench_cuda_attention each way,
+    # then tg128 int4 g128 at depth 0 (alternated, ROUNDS, default 2) and at depth 512. Builds:
+    # lithe lithe_cuda_tests bench_cuda_attention.
+    same_bits LITHE_ATTN_EARLY_ISSUE LITHE_TEST_ATTN_HASH "attn hash" 'CudaAttention*' "$OUT/attn_tests.txt" || exit 1
+    for c in 1 0; do
+      LITHE_ATTN_EARLY_ISSUE=$c $B/bin/bench_cuda_attention --quick > "$OUT/attn_bench$c.md" 2>&1 || echo "bench_cuda_attention failed"
+      echo "== LITHE_ATTN_EARLY_ISSUE=$c"; grep -E "^\| [A-Z]" "$OUT/attn_bench$c.md"
+    done
+    for r in $(seq "${2:-2}"); do
+      for c in 1 0; do tg128 "round $r [LITHE_ATTN_EARLY_ISSUE=$c]" $L LITHE_ATTN_EARLY_ISSUE=$c; done
+    done
+    for c in 1 0; do
+      j=$(LITHE_ATTN_EARLY_ISSUE=$c $L bench --synthetic llama2-7b --dtype int4-g128 -p 0 -n 128 -r 5 --device cuda \
+          --kv-type f16 -d 512 --json 2> "$OUT/e2e.err") || { tail -5 "$OUT/e2e.err"; continue; }
+      echo "$j" | python3 -c "import json,sys; j=json.load(sys.stdin); print('[LITHE_ATTN_EARLY_ISSUE=$c] int4-g128 tg128@512', round(j['gen_tokens_per_second']['median'],1), 'tok/s')"
+    done
     ;;
   defer)
     # Deferred residual sums (cuda_gq.h: GemvResidual) against direct ones (LITHE_GEMV_DEFER=0): the

@@ -156,7 +156,7 @@ struct AttentionParams {
   KvType kv = KvType::f16;
   const int32_t* kv_pos = nullptr;
   const int32_t* n_kv = nullptr;  // device scalar
-  int64_t kv_capacity = 0;        // bounds *n_kv; sizes the decode grid
+  int64_t kv_capacity = 0;        // bounds *n_kv; sizes the decode grid; unpaged: rows [0, capacity) readable
   int64_t kv_stride = 0;          // elements between rows (>= n_kv_heads * head_dim)
   KvPages pages;                  // slot -> row of k / v
   int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;

@@ -8,6 +8,10 @@
 //   short chunks and a captured graph stays valid as n_kv grows. A block whose chunk starts at or
 //   past *n_kv writes an empty partial (max = -inf, sum = 0). blockIdx.x = kv head, so the blocks
 //   of one split, scheduled together, read whole cache rows.
+//   Split 0 of an unpaged cache (attention_decode) asks for its first tile before *n_kv arrives
+//   (rows [0, min(T, capacity)), whatever they hold: scores past *n_kv are masked and V is zeroed
+//   there), one dependent L2 round trip fewer: +0.9% Llama-2-7B int4 decode on an H200.
+//   LITHE_ATTN_EARLY_ISSUE=0 (a benchmark knob) reads *n_kv first.
 //   The chunk is walked in tiles of T slots (16 KiB of K: T = 64 for f16 at D = 128), copied into
 //   shared memory with 16-byte cp.async, double-buffered. Each warp takes a quarter of the tile:
 //   a slot's row is spread over LPS = D / EL lanes (EL = elements per 16 bytes, 8 for f16, 4 for
@@ -90,6 +94,7 @@ struct DecodeArgs {
   float* acc;           // work: [n_q * n_heads][n_splits][D]
   float2* ml;           // work: [n_q * n_heads][n_splits]
   float* out;
+  int early_issue;  // 1: split 0 issues its first tile before reading *n_kv (decode_block)
 };
 
 // (query t, head h) row index t * n_heads + h of local row r of the block at (kv head g, first
@@ -194,51 +199,35 @@ __device__ __forceinline__ void decode_block(const DecodeArgs& a, int rg) {
   // Local row r -> (query t, head h); its partial lives at index (t * n_heads + h) * n_splits + split.
   auto part_index = [&](int r) { return row_index(a, g, r0, r) * a.n_splits + split; };
 
-  const int n_kv = max(0, min(*a.n_kv, a.capacity));
-  int chunk = (n_kv + a.n_splits - 1) / a.n_splits;
-  chunk = max(T, (chunk + T - 1) / T * T);
-  // One chunk holds every slot (n_kv <= T): split 0 writes out itself, as the merge of its one
-  // partial would (the same bits), and the other splits have nothing to do: no partials, no
-  // counting, no merge (three dependent L2 round trips fewer). Longer contexts are not run in fewer
-  // blocks to get there: one block per head over two tiles was no faster than two and the merge
-  // (n_kv 65-128), and 128-slot chunks at n_kv 512-640 cost 1.5% of a Llama-2-7B decode (H100).
-  const bool single = a.single && chunk >= n_kv;
-  const int s_begin = split * chunk;  // < n_kv + n_splits * T: no overflow for capacity <= 2^30
-  const int s_end = min(s_begin + chunk, n_kv);
-  if (s_begin >= s_end) {  // nothing of this chunk is filled: empty partial
-    if (single) {
-      if (split == 0)  // no slot at all: zeros, as the merge writes them
-        for (int idx = tid; idx < R * D; idx += kThreads) a.out[row_index(a, g, r0, idx / D) * D + idx % D] = 0.f;
-      return;
-    }
-    if (tid < R) a.ml[part_index(tid)] = make_float2(-INFINITY, 0.f);
-    merge_if_last<D>(a, g, r0, R);
-    return;
-  }
-
   const int64_t head_off = static_cast<int64_t>(g) * D;
   const KV* kg = static_cast<const KV*>(a.k) + head_off;
   const KV* vg = static_cast<const KV*>(a.v) + head_off;
-  auto issue = [&](int stage, int s0) {  // slots [s0, s0 + T) -> stage; slots >= s_end read as 0
+  auto issue = [&](int stage, int s0, int lim) {  // slots [s0, s0 + T) -> stage; slots >= lim read as 0
     constexpr int kChunks = D / EL;      // 16-byte chunks per row
     KV* kd = kv_s + 2 * stage * T * D;
     KV* vd = kd + T * D;
 #pragma unroll
     for (int i = 0; i < T * kChunks / kThreads; ++i) {
       const int c = tid + i * kThreads, r = c / kChunks, ch = c % kChunks;
-      const bool ok = s0 + r < s_end;
+      const bool ok = s0 + r < lim;
       const int64_t off = (ok ? a.pages.row(s0 + r) * a.stride : 0) + ch * EL;
       cp_async16(kd + r * D + ch * EL, kg + off, ok ? 16 : 0);
       cp_async16(vd + r * D + ch * EL, vg + off, ok ? 16 : 0);
     }
     if (tid < T) {
-      const bool ok = s0 + tid < s_end;
+      const bool ok = s0 + tid < lim;
       cp_async4(pos_s + stage * T + tid, a.kv_pos + (ok ? s0 + tid : 0), ok ? 4 : 0);
     }
   };
-  const int n_tiles = (s_end - s_begin + T - 1) / T;
-  issue(0, s_begin);
-  cp_async_commit();
+  // Split 0 of an unpaged cache starts at slot 0 whatever *n_kv is: its first tile is asked for
+  // before *n_kv arrives (one dependent L2 round trip fewer), bounded by the capacity (rows
+  // [0, capacity) are allocated; past *n_kv they hold anything, NaN included: scores there are
+  // masked and V is zeroed where it is read). A batch's sequences have capacities of their own: off.
+  const bool early = a.early_issue && split == 0 && a.pages.blocks == nullptr;
+  if (early) {
+    issue(0, 0, a.capacity);
+    cp_async_commit();
+  }
 
   // This lane's EL dims of each row's q' (rows >= R: zeros, position INT_MIN: never used).
   float q[kRB][EL];
@@ -260,6 +249,35 @@ __device__ __forceinline__ void decode_block(const DecodeArgs& a, int rg) {
       qp[r] = a.q_pos[t];
     }
   }
+  const int n_kv = max(0, min(*a.n_kv, a.capacity));
+  int chunk = (n_kv + a.n_splits - 1) / a.n_splits;
+  chunk = max(T, (chunk + T - 1) / T * T);
+  // One chunk holds every slot (n_kv <= T): split 0 writes out itself, as the merge of its one
+  // partial would (the same bits), and the other splits have nothing to do: no partials, no
+  // counting, no merge (three dependent L2 round trips fewer). Longer contexts are not run in fewer
+  // blocks to get there: one block per head over two tiles was no faster than two and the merge
+  // (n_kv 65-128), and 128-slot chunks at n_kv 512-640 cost 1.5% of a Llama-2-7B decode (H100).
+  const bool single = a.single && chunk >= n_kv;
+  const int s_begin = split * chunk;  // < n_kv + n_splits * T: no overflow for capacity <= 2^30
+  const int s_end = min(s_begin + chunk, n_kv);
+  if (s_begin >= s_end) {  // nothing of this chunk is filled: empty partial
+    if (early) cp_async_wait<0>();  // (n_kv = 0) no copy into shared memory outlives the block
+    if (single) {
+      if (split == 0)  // no slot at all: zeros, as the merge writes them
+        for (int idx = tid; idx < R * D; idx += kThreads) a.out[row_index(a, g, r0, idx / D) * D + idx % D] = 0.f;
+      return;
+    }
+    if (tid < R) a.ml[part_index(tid)] = make_float2(-INFINITY, 0.f);
+    merge_if_last<D>(a, g, r0, R);
+    return;
+  }
+
+  const int n_tiles = (s_end - s_begin + T - 1) / T;
+  if (!early) {
+    issue(0, s_begin, s_end);
+    cp_async_commit();
+  }
+
   float acc[kRB][EL], m[kRB], l[kRB];
 #pragma unroll
   for (int r = 0; r < kRB; ++r) {
@@ -271,7 +289,7 @@ __device__ __forceinline__ void decode_block(const DecodeArgs& a, int rg) {
 
   for (int i = 0; i < n_tiles; ++i) {
     const int st = i & 1, t0 = s_begin + i * T;
-    if (i + 1 < n_tiles) issue(st ^ 1, t0 + T);
+    if (i + 1 < n_tiles) issue(st ^ 1, t0 + T, s_end);
     cp_async_commit();
     cp_async_wait<1>();  // tile i landed
     __syncthreads();
@@ -331,6 +349,9 @@ __device__ __forceinline__ void decode_block(const DecodeArgs& a, int rg) {
         const int ls = ls0s + it * SPW;
         float vf[EL];
         load_chunk(vt + ls * D + dl * EL, vf);
+        if (t0 + ls >= s_end)  // a slot past the range (read by `early`): p = 0 must not meet NaN
+#pragma unroll
+          for (int e = 0; e < EL; ++e) vf[e] = 0.f;
 #pragma unroll
         for (int r = 0; r < kRB; ++r)
           if (r < R) {
@@ -514,6 +535,8 @@ Status decode(const AttentionParams& p, const DecodeSeq* seqs, int64_t n_seqs, v
   a.ml = reinterpret_cast<float2*>(reinterpret_cast<char*>(a.acc) + static_cast<size_t>(n_seqs) *
                                    static_cast<size_t>(p.n_q * p.n_heads) * d.n_splits * p.head_dim * 4);
   a.out = p.out;
+  static const bool early_off = env_zero("LITHE_ATTN_EARLY_ISSUE");  // a benchmark knob: 0 reads *n_kv first
+  a.early_issue = early_off || seqs != nullptr ? 0 : 1;
   const int hk = static_cast<int>(p.n_kv_heads);
   if (p.kv == KvType::f16)
     return p.head_dim == 64 ? launch_decode<64, __half>(a, d, hk, seqs, n_seqs, s)

@@ -409,9 +409,9 @@ Status Model::run_block(int64_t l, int64_t kv_layer, int64_t m, std::span<const 
   const Tensor* qkv_w[] = {&L.wq, &L.wk, &L.wv};
   Tensor* qkv_y[] = {&q_, &k_, &v_};
   const InputNorm attn_norm{&L.attn_norm, eps, &h_}, ffn_norm{&L.ffn_norm, eps, &h_};
-  if (obs == nullptr && !c.qkv_bias && batch.size() == 1) {  // projections to attention output in one op
+  if (obs == nullptr && !c.qkv_bias && batch.size() == 1) {  // the block's input to x += o(attention) in one op
     LITHE_TRY(be.qkv_rope_attention(attn_norm, qkv_w, x_, m, qkv_y, *batch[0].cache, kv_layer, pos.data(),
-                                    slots[0].data(), rope_, c.rope_style, shape, attn_));
+                                    slots[0].data(), rope_, c.rope_style, shape, attn_, OutProjection{&L.wo, &x_, &h_}));
   } else {
     if (obs == nullptr) {
       LITHE_TRY(be.rmsnorm_linear_many(attn_norm, qkv_w, x_, m, qkv_y));
@@ -434,9 +434,9 @@ Status Model::run_block(int64_t l, int64_t kv_layer, int64_t m, std::span<const 
       r0 += n;
     }
     LITHE_TRY(be.rope_attention_batch(seqs, kv_layer, q_, k_, v_, m, pos.data(), rope_, c.rope_style, shape, attn_));
+    if (!observe(LinearSite::o, attn_)) return Status::ok();
+    LITHE_TRY(be.linear_residual(L.wo, attn_, m, x_, h_));
   }
-  if (!observe(LinearSite::o, attn_)) return Status::ok();
-  LITHE_TRY(be.linear_residual(L.wo, attn_, m, x_, h_));
   if (obs == nullptr) {
     LITHE_TRY(be.rmsnorm_swiglu(ffn_norm, L.w_gate, L.w_up, x_, m, gate_, up_));
   } else {

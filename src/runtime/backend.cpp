@@ -103,12 +103,21 @@ Status Backend::pre_rope_attention(KvCache&, int64_t, Tensor&, const Tensor&, co
 Status Backend::qkv_rope_attention(const InputNorm& norm, std::span<const Tensor* const> ws, const Tensor& x,
                                    int64_t m, std::span<Tensor*> ys, KvCache& cache, int64_t layer, const int32_t* pos,
                                    const int64_t* slots, const cpu::RopeTable& table, cpu::RopeStyle style,
-                                   const AttentionShape& shape, Tensor& out) {
+                                   const AttentionShape& shape, Tensor& out, const OutProjection& o) {
   if (ws.size() != 3 || ys.size() != 3)
     return error(StatusCode::invalid_argument, "qkv_rope_attention: needs q, k, v weights and outputs, got {} and {}",
                  ws.size(), ys.size());
+  LITHE_TRY(check_out_projection(o));
   LITHE_TRY(rmsnorm_linear_many(norm, ws, x, m, ys));
-  return rope_attention(cache, layer, *ys[0], *ys[1], *ys[2], m, pos, slots, table, style, shape, out);
+  LITHE_TRY(rope_attention(cache, layer, *ys[0], *ys[1], *ys[2], m, pos, slots, table, style, shape, out));
+  return o.w == nullptr ? Status::ok() : linear_residual(*o.w, out, m, *o.residual, *o.scratch);
+}
+
+Status check_out_projection(const OutProjection& o) {
+  if (o.w != nullptr && (o.residual == nullptr || o.scratch == nullptr))
+    return error(StatusCode::invalid_argument, "qkv_rope_attention: the output projection needs a residual and a "
+                 "scratch tensor");
+  return Status::ok();
 }
 
 Result<const float*> Backend::host_rows(const Tensor& logits, int64_t rows, std::vector<float>& copy,

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -283,20 +284,32 @@ void run_prefill(const Case& c) {
 }
 
 // One attention_decode of c against the reference (outputs hashed with LITHE_TEST_ATTN_HASH set);
-// `merged` (if given): whether any partial was written to the scratch past the counters.
+// `merged` (if given): whether any partial was written to the scratch past the counters. A single
+// query also asks for the per-head ready flags (AttentionParams::ready, left at 7 before): every
+// head's must read 1 after.
 void run_decode(const Case& c, bool* merged) {
   const Inputs in = make_inputs(c);
   std::vector<float> ref, out;
   ASSERT_TRUE(reference(c, in, ref));
   DevInputs d;
   ASSERT_TRUE(to_device(c, in, d));
-  DevBuf work;
+  DevBuf work, ready;
   const size_t work_bytes = cuda::attention_decode_work_bytes(d.p);
   ASSERT_TRUE(alloc_work(work, work_bytes));
+  std::vector<unsigned> flags(static_cast<size_t>(c.n_heads), 7u);
+  if (c.n_q == 1) {
+    CUDA_OK(cudaMalloc(&ready.p, flags.size() * 4));
+    CUDA_OK(cudaMemcpy(ready.p, flags.data(), flags.size() * 4, cudaMemcpyHostToDevice));
+    d.p.ready = ready.as<unsigned>();
+  }
   const Status st = cuda::attention_decode(d.p, work.p, nullptr);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   CUDA_OK(cudaDeviceSynchronize());
   ASSERT_TRUE(download(out, d.out, ref.size()));
+  if (c.n_q == 1) {
+    CUDA_OK(cudaMemcpy(flags.data(), ready.p, flags.size() * 4, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(std::count(flags.begin(), flags.end(), 1u), c.n_heads) << "ready flags not all set";
+  }
   compare(c, in, out, ref, kDecodeRel, kDecodeAbs, kDecodeNmse, "decode");
   expect_counters_zero(work, "decode");
   cuda_test::print_hash_if("LITHE_TEST_ATTN_HASH", "attn hash", c.name(), c.n_q, out);
@@ -388,18 +401,20 @@ TEST(CudaAttention, ScrambledPositionsAndBlindQueries) {
     }
 }
 
-// A context that one chunk (a tile: 64 slots of f16 at D = 128, 128 at D = 64) holds is finished by
-// its one block, without partials or merge; one slot more takes the split and the merge. Both match
-// the reference (and give the bits of LITHE_ATTN_SINGLE=0, which merges always: checked by hashes,
-// bench/gq_device_run.sh attn_single).
+// A context of up to two tiles (a tile: 64 slots of f16 at D = 128, 128 at D = 64;
+// LITHE_ATTN_SINGLE_TILES sets the count) is finished by split 0's block alone, without partials or
+// merge; one slot more takes the split and the merge. Both match the reference (and give the bits of
+// LITHE_ATTN_SINGLE=0, which merges always: checked by hashes, bench/gq_device_run.sh attn_single).
 TEST(CudaAttention, DecodeOfAShortContextSkipsTheMerge) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const bool single_on = !cuda_test::knob_off("LITHE_ATTN_SINGLE");
+  const char* st = std::getenv("LITHE_ATTN_SINGLE_TILES");
+  const int64_t tiles = st != nullptr ? std::atoi(st) : 2;
   struct S {
     int64_t nh, nkv, dim, n_q, tile;
   };
   for (const S s : {S{32, 32, 128, 1, 64}, S{9, 3, 64, 2, 128}, S{32, 8, 128, 8, 64}})
-    for (const int64_t n_kv : {int64_t{1}, s.tile, s.tile + 1}) {
+    for (const int64_t n_kv : {int64_t{1}, s.tile, s.tile + 1, 2 * s.tile, 2 * s.tile + 1}) {
       Case c;
       c.n_heads = s.nh;
       c.n_kv_heads = s.nkv;
@@ -412,7 +427,7 @@ TEST(CudaAttention, DecodeOfAShortContextSkipsTheMerge) {
       bool merged = false;
       run_decode(c, &merged);
       if (HasFatalFailure()) return;
-      EXPECT_EQ(merged, n_kv > s.tile || !single_on) << "partials written to the scratch";
+      EXPECT_EQ(merged, n_kv > tiles * s.tile || !single_on) << "partials written to the scratch";
     }
 }
 
@@ -593,6 +608,10 @@ TEST(CudaAttention, RejectsBadArguments) {
   p.kv_stride = 2 * 64;
   p.n_q = cuda::kDecodeMaxQueries + 1;
   EXPECT_EQ(cuda::attention_decode(p, dummy, nullptr).code(), StatusCode::invalid_argument);
+  p.n_q = 2;
+  p.ready = reinterpret_cast<unsigned*>(idummy);  // ready flags need n_q = 1
+  EXPECT_EQ(cuda::attention_decode(p, dummy, nullptr).code(), StatusCode::invalid_argument);
+  p.ready = nullptr;
   p.n_q = 1;
   p.n_kv_heads = 3;  // 4 % 3 != 0
   EXPECT_EQ(cuda::attention_prefill(p, 1, nullptr).code(), StatusCode::invalid_argument);

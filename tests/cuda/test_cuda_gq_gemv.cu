@@ -6,7 +6,7 @@
 // odd shapes and the real ones, m = 1..16, store and accumulate; fused launches (3 matrices, swiglu,
 // a folded RMSNorm); rows that do not depend on m; the k-split's counters left at zero and its sums
 // in thread-block clusters where they fit; deferred residual sums (GemvResidual) against direct
-// ones. With LITHE_TEST_GEMV_HASH set the outputs are printed as hashes (two settings compared bit
+// ones; x's producer's ready flags (GemvReady) holding a launch until x lands. With LITHE_TEST_GEMV_HASH set the outputs are printed as hashes (two settings compared bit
 // for bit). The reference is computed once per matrix for the largest m (the smaller m use its
 // first rows).
 // Tolerance: 1e-5 |want| + 1e-6 max|W| sum|x_i| (f32 sums in another order; a lost or doubled
@@ -16,12 +16,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -651,6 +653,77 @@ TEST_F(CudaGqGemv, DequantizeF16MatchesReference) {
     check_dequantize(gq::random_matrix(c.f, c.n_out, c.n_in, seed++, c.act), stream_);
     if (HasFatalFailure()) return;
   }
+}
+
+// GemvReady: x's producer flags its column blocks (here a second stream: a host callback that
+// sleeps, then the copy of x, then the flags). The launch, issued first, must wait for them and
+// give the bits of a plain launch on the same x; without the wait it would read the zeros x held.
+// Deferred sums (o's use) and a plain store; int4 g128 and act-order 2:4 int4 (x gathered by perm,
+// several column blocks a block). Arguments it cannot take are refused.
+TEST_F(CudaGqGemv, ReadyFlagsHoldTheLaunchUntilXLands) {
+  constexpr int64_t n = 4096, cols = 128, n_flags = n / cols;
+  uint32_t seed = 1900;
+  cudaStream_t producer = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking), cudaSuccess);
+  for (const auto& [f, act] : std::vector<std::pair<QuantFormat, bool>>{{fmt(4, 128, false), false},
+                                                                         {fmt(4, 128, true, true), true}}) {
+    const gq::Matrix mat = gq::random_matrix(f, n, n, seed++, act);
+    SCOPED_TRACE(describe(mat));
+    const DevMatrix w = upload(mat);
+    ASSERT_TRUE(w.dev != nullptr);
+    std::mt19937 rng(seed++);
+    const std::vector<float> x = cuda_test::randn(static_cast<size_t>(n), rng);
+    const std::vector<unsigned> ones(static_cast<size_t>(n_flags), 1u);
+    DevMem dx(x.size() * 8), dy(x.size() * 8), dflags(ones.size() * 4), dacc(static_cast<size_t>(n) * 8);  // (room for m = 2)
+    void* const scratch = SharedScratch::get().p;
+    const cuda::GemvOut out{&w.host.desc, w.dev->p, dy.as<float>()};
+    for (const bool deferred : {false, true}) {
+      SCOPED_TRACE(deferred ? "deferred sums" : "store");
+      cuda::GemvResidual res;
+      if (deferred) res.add = dacc.as<int64_t>();
+      const cuda::Epilogue e = deferred ? cuda::Epilogue::accumulate : cuda::Epilogue::store;
+      // y (after gemv_fold where deferred) of one launch, ready flags or not.
+      auto run = [&](bool flagged) {
+        ASSERT_EQ(cudaMemset(dy.p, 0, x.size() * 4), cudaSuccess);
+        ASSERT_EQ(cudaMemset(dacc.p, 0, static_cast<size_t>(n) * 8), cudaSuccess);
+        ASSERT_EQ(cudaMemset(dx.p, 0, x.size() * 4), cudaSuccess);
+        ASSERT_EQ(cudaMemset(dflags.p, 0, ones.size() * 4), cudaSuccess);
+        const cuda::GemvReady ready{dflags.as<unsigned>(), cols};
+        if (!flagged) h2d(dx, x.data(), x.size() * 4);
+        const Status st = cuda::gemv(&out, 1, dx.as<float>(), 1, e, scratch, SharedScratch::kBytes, stream_, {},
+                                     nullptr, &res, flagged ? &ready : nullptr);
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+        if (flagged) {
+          ASSERT_EQ(cudaLaunchHostFunc(
+                        producer, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(50)); }, nullptr),
+                    cudaSuccess);
+          ASSERT_EQ(cudaMemcpyAsync(dx.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice, producer), cudaSuccess);
+          ASSERT_EQ(cudaMemcpyAsync(dflags.p, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice, producer),
+                    cudaSuccess);
+        }
+        if (deferred) ASSERT_TRUE(cuda::gemv_fold(dy.as<float>(), dacc.as<int64_t>(), n, stream_).is_ok());
+        ASSERT_EQ(cudaStreamSynchronize(producer), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      };
+      std::vector<float> plain(x.size()), flagged(x.size());
+      run(false);
+      d2h(plain.data(), dy, plain.size() * 4);
+      run(true);
+      d2h(flagged.data(), dy, flagged.size() * 4);
+      if (HasFatalFailure()) return;
+      EXPECT_EQ(std::memcmp(plain.data(), flagged.data(), plain.size() * 4), 0) << "the flagged launch differs";
+      EXPECT_TRUE(std::any_of(plain.begin(), plain.end(), [](float v) { return v != 0.f; }));
+    }
+    const cuda::GemvReady ready{dflags.as<unsigned>(), cols}, no_cols{dflags.as<unsigned>(), 0};
+    const Status two = cuda::gemv(&out, 1, dx.as<float>(), 2, cuda::Epilogue::store, scratch, SharedScratch::kBytes,
+                                  stream_, {}, nullptr, nullptr, &ready);
+    EXPECT_EQ(two.code(), StatusCode::invalid_argument);
+    EXPECT_NE(two.message().find("m = 2"), std::string::npos) << two.message();
+    EXPECT_EQ(cuda::gemv(&out, 1, dx.as<float>(), 1, cuda::Epilogue::store, scratch, SharedScratch::kBytes, stream_, {},
+                         nullptr, nullptr, &no_cols).code(),
+              StatusCode::invalid_argument);
+  }
+  ASSERT_EQ(cudaStreamDestroy(producer), cudaSuccess);
 }
 
 // Under stream capture (decode steps are replayed as CUDA graphs) the replay gives the direct

@@ -495,6 +495,74 @@ TEST(CudaBackend, DeferredResidualSumsMatchCpu) {
       }
 }
 
+// qkv_rope_attention with its output projection (OutProjection) on gq weights: on cuda the q/k/v
+// GEMV with rope and the cache store, decode attention flagging each head as it lands, and o's GEMV
+// (deferred sums) waiting for its heads' flags instead of the attention launch's end (GemvReady).
+// Six one-token steps over 2 layers under one step key (the second captured, later ones replayed)
+// against the cpu's composition (rmsnorm_linear_many, rope_attention, linear_residual): the last
+// layer's attention output and the residual after each step. MHA at head_dim 128, GQA at 64;
+// int4 g128 and 2:4 int4 g128.
+TEST(CudaBackend, QkvAttentionAndOutProjectionMatchCpu) {
+  Both b;
+  if (!b.gpu) GTEST_SKIP() << "no CUDA device";
+  uint32_t seed = 1500;
+  const auto cases = gq_cases();
+  for (const AttentionShape& sh : {AttentionShape{32, 32, 128, 0.08838835f}, AttentionShape{9, 3, 64, 0.125f}})
+    for (const auto& [f, act] : {cases[0], cases[3]}) {
+      const int64_t d = sh.n_heads * sh.head_dim, kv_dim = sh.n_kv_heads * sh.head_dim, layers = 2;
+      SCOPED_TRACE(gq_case(f, act, "d", d, 1));
+      const cpu::RopeTable rt = rope_table(static_cast<int>(sh.head_dim));
+      std::vector<Tensor> wc, wg, nc, ng;  // per layer: q, k, v, o; the attention norm
+      for (int64_t l = 0; l < layers; ++l) {
+        for (const int64_t n_out : {d, kv_dim, kv_dim, d}) {
+          quantized_both(b, f, n_out, d, seed++, act, wc, wg);
+          if (HasFatalFailure()) return;
+        }
+        nc.push_back(rand_host(DType::f32, {d}, seed++, 0.3f));
+        for (int64_t i = 0; i < d; ++i) nc.back().data_as<float>()[i] += 1.0f;
+        ng.push_back(*b.gpu->prepare_weight(nc.back()));
+      }
+      auto cc = KvCache::create(layers, 64, kv_dim, DType::f32, Device::cpu);
+      auto cg = KvCache::create(layers, 64, kv_dim, DType::f32, Device::cuda);
+      ASSERT_TRUE(cc.is_ok() && cg.is_ok());
+      Tensor xc = rand_host(DType::f32, {1, d}, seed++, 3.0f), xg = to_gpu(xc);
+      auto alloc = [](Backend& be, int64_t n) { return *be.alloc(DType::f32, {1, n}); };
+      Tensor qc = alloc(*b.cpu, d), kc = alloc(*b.cpu, kv_dim), vc = alloc(*b.cpu, kv_dim), oc = alloc(*b.cpu, d),
+             hc = alloc(*b.cpu, d);
+      Tensor qg = alloc(*b.gpu, d), kg = alloc(*b.gpu, kv_dim), vg = alloc(*b.gpu, kv_dim), og = alloc(*b.gpu, d),
+             hg = alloc(*b.gpu, d);
+      // One layer on one backend.
+      auto layer = [&](Backend& be, KvCache& cache, int64_t l, std::vector<Tensor>& w, Tensor& nw, Tensor& x, Tensor& q,
+                       Tensor& k, Tensor& v, Tensor& o, Tensor& h, const int32_t* pos, const int64_t* slots) {
+        const Tensor* ws[] = {&w[4 * l], &w[4 * l + 1], &w[4 * l + 2]};
+        Tensor* ys[] = {&q, &k, &v};
+        const InputNorm n{&nw, 1e-5f, &h};
+        return be.qkv_rope_attention(n, ws, x, 1, ys, cache, l, pos, slots, rt, cpu::RopeStyle::half, sh, o,
+                                     OutProjection{&w[4 * l + 3], &x, &h});
+      };
+      for (int step = 0; step < 6; ++step) {
+        SCOPED_TRACE("step " + std::to_string(step));
+        const std::vector<int32_t> pos{static_cast<int32_t>(cc->size())};
+        auto sc = cc->append(pos.data(), 1);
+        auto sg = cg->append(pos.data(), 1);
+        ASSERT_TRUE(sc.is_ok() && sg.is_ok());
+        ASSERT_TRUE(b.gpu->begin_step(cg->id()).is_ok());
+        for (int64_t l = 0; l < layers; ++l) {
+          const Status s = layer(*b.gpu, *cg, l, wg, ng[l], xg, qg, kg, vg, og, hg, pos.data(), sg->data());
+          if (!s.is_ok()) (void)b.gpu->end_step(false);
+          ASSERT_TRUE(s.is_ok()) << s.to_string();
+        }
+        ASSERT_TRUE(b.gpu->end_step(true).is_ok());
+        for (int64_t l = 0; l < layers; ++l) {
+          const Status s = layer(*b.cpu, *cc, l, wc, nc[l], xc, qc, kc, vc, oc, hc, pos.data(), sc->data());
+          ASSERT_TRUE(s.is_ok()) << s.to_string();
+        }
+        EXPECT_LE(rel_err(host_rows(*b.gpu, og, 1), host_rows(*b.cpu, oc, 1)), 5e-3) << "attention output";
+        EXPECT_LE(rel_err(host_rows(*b.gpu, xg, 1), host_rows(*b.cpu, xc, 1)), 2e-3) << "residual";
+      }
+    }
+}
+
 // rope_attention on cuda (one rope + KV-store launch, then decode with its in-kernel merge or
 // prefill) against the cpu's rope, rope, attention: a 37-token prefill, 5 one-token decode steps
 // and a 20-token chunk over 2 layers, both rope styles and cache types. Decode steps are bracketed

@@ -100,9 +100,17 @@ inline constexpr int kGemvResidualMaxSplit = 31;  // the most blocks a poisoned 
 // at once (12 bytes a value instead of 4), which at m = 8 and 16 cost more than the sums it saves
 // (an H100, bench/RESULTS.md, twenty-fifth session).
 inline constexpr int64_t kGemvResidualMaxRows = 1;
+// x from a launch that flags its parts as they land (AttentionParams::ready): columns
+// [j * cols, (j + 1) * cols) of x are written once flags[j] != 0. The GEMV's blocks then wait for
+// the flags of their columns instead of griddepcontrol.wait, so the launch must be the flagging
+// launch's successor and read nothing else that the flags do not order (m = 1).
+struct GemvReady {
+  const unsigned* flags = nullptr;
+  int64_t cols = 0;
+};
 Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue e, void* scratch,
             int64_t scratch_bytes, Stream s, const MatvecNorm& norm = {}, const MatvecRope* rope = nullptr,
-            const GemvResidual* res = nullptr);
+            const GemvResidual* res = nullptr, const GemvReady* ready = nullptr);
 // y[n] += acc[n] (fixed point, GemvResidual), acc[n] = 0.
 Status gemv_fold(float* y, int64_t* acc, int64_t n, Stream s);
 // One matrix, store or accumulate.

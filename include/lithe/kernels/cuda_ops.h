@@ -162,6 +162,12 @@ struct AttentionParams {
   int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
   float scale = 0;
   float* out = nullptr;
+  // attention_decode with n_q = 1 only (else null): one flag per head, which the launch sets to 0
+  // before its successor may start (PDL) and to 1 (a gpu-scope release) once that head's row of out
+  // is written, so that a successor can wait for the heads it reads instead of for the whole launch
+  // (GemvReady). Set after the launch has waited for its predecessor: a flag at 1 also says that
+  // every earlier kernel has completed.
+  unsigned* ready = nullptr;
 };
 // Tiled flash attention on tensor cores (f16 MMA, f32 softmax and accumulation); for n_q > 8.
 // n_kv_host: the host's value of *n_kv (sizes the loop bounds; prefill is never graph-captured).

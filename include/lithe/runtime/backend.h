@@ -43,6 +43,16 @@ struct InputNorm {
   Tensor* scratch = nullptr;
 };
 
+// The output projection that follows an attention in qkv_rope_attention: residual += out · wᵀ
+// (linear_residual, `scratch` as there). w null: none.
+struct OutProjection {
+  const Tensor* w = nullptr;
+  Tensor* residual = nullptr;
+  Tensor* scratch = nullptr;
+};
+// invalid_argument where o.w is given without its residual or scratch.
+Status check_out_projection(const OutProjection& o);
+
 // log(sum(exp(row))) of a host row of n logits: the max, plus the log of the sum of exp(x - max)
 // accumulated in double. log_softmax(row)[i] = row[i] - log_sum_exp(row).
 float log_sum_exp(const float* row, int64_t n);
@@ -132,12 +142,15 @@ class Backend {
                                       const Tensor& v, int64_t m, const int32_t* q_pos, const cpu::RopeTable& table,
                                       cpu::RopeStyle style, const AttentionShape& shape, Tensor& out);
   // The attention half of a block for one sequence, from the block input x to the attention
-  // output: ys (q, k, v) = rmsnorm(x) · ws (rmsnorm_linear_many), then rope_attention() over them.
-  // A backend may fuse the rotation and the cache store into the projection. Default: those two.
+  // output: ys (q, k, v) = rmsnorm(x) · ws (rmsnorm_linear_many), then rope_attention() over them,
+  // then (o.w given) linear_residual(o.w, out) into o.residual. A backend may fuse the rotation and
+  // the cache store into the projection, and let the output projection start on each head's
+  // attention output as it lands. Default: those three.
   virtual Status qkv_rope_attention(const InputNorm& norm, std::span<const Tensor* const> ws, const Tensor& x,
                                     int64_t m, std::span<Tensor*> ys, KvCache& cache, int64_t layer,
                                     const int32_t* pos, const int64_t* slots, const cpu::RopeTable& table,
-                                    cpu::RopeStyle style, const AttentionShape& shape, Tensor& out);
+                                    cpu::RopeStyle style, const AttentionShape& shape, Tensor& out,
+                                    const OutProjection& o);
   // The k largest logits of each of `rows` rows with their ids (value descending, ties by smaller
   // id), into host arrays [rows][k]. Lets a device reduce the vocabulary before anything is copied.
   virtual Status top_k(const Tensor& logits, int64_t rows, int k, float* vals, int32_t* ids);

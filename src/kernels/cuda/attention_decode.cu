@@ -1,8 +1,9 @@
 // attention_decode: split-K flash decoding for n_q <= kDecodeMaxQueries, f32 math throughout.
 //
 // The kernel (decode_split_kernel), grid (n_kv_heads, n_splits, row_groups), 128 threads = 4 warps.
-//   A block owns one kv head g, up to kRB = 4 "rows" (row = (query t, head h of g's group); every
-//   K/V row read serves all of them) and one chunk of slots. The grid depends on host values only
+//   A block owns one kv head g, one "row" (row = (query t, head h of g's group)) for a single
+//   sequence over a cache of at most kRowBlockSlots, else up to kRB = 4 of them (every K/V row
+//   read serves all of them), and one chunk of slots. The grid depends on host values only
 //   (n_splits from kv_capacity and the SM count); the chunk length is derived in the kernel from
 //   *n_kv (device): ceil(n_kv / n_splits) rounded up to the tile size, so short contexts use few,
 //   short chunks and a captured graph stays valid as n_kv grows. A block whose chunk starts at or
@@ -28,8 +29,11 @@
 //   to finish) resets it to 0 and merges the partials of its rows, a warp per (query, head) row,
 //   writing out (zeros where no split saw a slot). Counters are zero between launches, so graph
 //   replays need no reset (the scratch's counter area is zeroed once when allocated).
-//   Where one chunk holds the whole context (*n_kv <= T), split 0's block writes out directly (the
-//   bits the merge of its one partial gives) and the other splits return at once: no merge.
+//   Where split 0 takes the whole context (*n_kv <= kSingleTiles * T), its block writes out
+//   directly (the bits the merge of its one partial gives) and the other splits return at once.
+//   AttentionParams::ready: each row's flag is reset before the successor may start and set once
+//   the row is written out (split 0's block, or the merging one), so that o's GEMV can start on a
+//   head as soon as it lands (cuda_gq.h: GemvReady).
 //   LITHE_ATTN_SINGLE=0 (a benchmark knob) merges always.
 //
 // attention_decode_batch (decode_batch_kernel): the same blocks for many sequences, grid z =
@@ -59,6 +63,11 @@ constexpr int kBlocksPerSm = 2;  // the split count targets this many blocks per
 // update, P V per pass): fewer live registers, so that 3 blocks fit per SM (measured on an H200:
 // 16K-slot decode went from 2.2 to 3.1 TB/s against one pass at 2 blocks per SM).
 constexpr int kSub = 4;
+// Contexts of up to this many tiles are one block's (per row group), which walks them in turn:
+// no partials and no merge (decode_block).
+constexpr int kSingleTiles = 2;
+// Caches of at most this many slots get a block per row in single-sequence decode (decode).
+constexpr int64_t kRowBlockSlots = 1024;
 
 template <int D, typename KV>
 struct DecodeCfg {
@@ -95,6 +104,8 @@ struct DecodeArgs {
   float2* ml;           // work: [n_q * n_heads][n_splits]
   float* out;
   int early_issue;  // 1: split 0 issues its first tile before reading *n_kv (decode_block)
+  unsigned* ready;  // AttentionParams::ready: [n_heads] (n_q = 1), or null
+  int single_tiles;  // contexts of up to this many tiles are split 0's alone (decode_block)
 };
 
 // (query t, head h) row index t * n_heads + h of local row r of the block at (kv head g, first
@@ -153,6 +164,21 @@ __device__ __forceinline__ void merge_row(const DecodeArgs& a, int64_t row, int 
   for (int e = 0; e < E; ++e) dst[e] = o[e];
 }
 
+// AttentionParams::ready of the block's R rows (n_q = 1: row index = head). Reset by split 0's
+// block before the launch lets its successor start (decode_split_kernel: the fence makes the 0
+// visible first); published by the block that writes the rows out, once every thread has written
+// (the barrier orders the block's writes before the release).
+__device__ __forceinline__ void reset_ready(const DecodeArgs& a, int g, int r0, int R) {
+  if (a.ready == nullptr || blockIdx.y != 0 || static_cast<int>(threadIdx.x) >= R) return;
+  a.ready[row_index(a, g, r0, static_cast<int>(threadIdx.x))] = 0;
+  __threadfence();
+}
+__device__ __forceinline__ void publish_ready(const DecodeArgs& a, int g, int r0, int R) {
+  if (a.ready == nullptr) return;
+  __syncthreads();
+  if (static_cast<int>(threadIdx.x) < R) st_release_gpu(a.ready + row_index(a, g, r0, static_cast<int>(threadIdx.x)), 1u);
+}
+
 // Called by every thread of a block once its partial is written: counts the block in its (row
 // group, kv head) counter; the last of the n_splits blocks resets the counter and merges the R
 // rows (a warp each).
@@ -162,6 +188,7 @@ __device__ __forceinline__ void merge_if_last(const DecodeArgs& a, int g, int r0
   if (!arrive_last(c, static_cast<unsigned>(a.n_splits), a.fences)) return;
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
   for (int r = warp; r < R; r += kWarps) merge_row<D>(a, row_index(a, g, r0, r), lane);
+  publish_ready(a, g, r0, R);
 }
 
 // The EL elements of one 16-byte chunk as floats.
@@ -252,19 +279,23 @@ __device__ __forceinline__ void decode_block(const DecodeArgs& a, int rg) {
   const int n_kv = max(0, min(*a.n_kv, a.capacity));
   int chunk = (n_kv + a.n_splits - 1) / a.n_splits;
   chunk = max(T, (chunk + T - 1) / T * T);
-  // One chunk holds every slot (n_kv <= T): split 0 writes out itself, as the merge of its one
-  // partial would (the same bits), and the other splits have nothing to do: no partials, no
-  // counting, no merge (three dependent L2 round trips fewer). Longer contexts are not run in fewer
-  // blocks to get there: one block per head over two tiles was no faster than two and the merge
-  // (n_kv 65-128), and 128-slot chunks at n_kv 512-640 cost 1.5% of a Llama-2-7B decode (H100).
+  // Contexts of up to single_tiles tiles are split 0's alone, which walks them in turn.
+  if (n_kv <= a.single_tiles * T) chunk = max(T, (n_kv + T - 1) / T * T);
+  // One chunk holds every slot: split 0 writes out itself, as the merge of its one partial would
+  // (the same bits), and the other splits have nothing to do: no partials, no counting, no merge
+  // (three dependent L2 round trips fewer). On an H200 one block over two tiles beat two blocks and
+  // the merge (Llama-2-7B int4 decode +0.5%, thirty-fourth session; on an H100 in the twenty-fourth
+  // it was no faster); 128-slot chunks at n_kv 512-640 cost 1.5% of a Llama-2-7B decode (H100).
   const bool single = a.single && chunk >= n_kv;
   const int s_begin = split * chunk;  // < n_kv + n_splits * T: no overflow for capacity <= 2^30
   const int s_end = min(s_begin + chunk, n_kv);
   if (s_begin >= s_end) {  // nothing of this chunk is filled: empty partial
     if (early) cp_async_wait<0>();  // (n_kv = 0) no copy into shared memory outlives the block
     if (single) {
-      if (split == 0)  // no slot at all: zeros, as the merge writes them
+      if (split == 0) {  // no slot at all: zeros, as the merge writes them
         for (int idx = tid; idx < R * D; idx += kThreads) a.out[row_index(a, g, r0, idx / D) * D + idx % D] = 0.f;
+        publish_ready(a, g, r0, R);
+      }
       return;
     }
     if (tid < R) a.ml[part_index(tid)] = make_float2(-INFINITY, 0.f);
@@ -410,12 +441,15 @@ __device__ __forceinline__ void decode_block(const DecodeArgs& a, int rg) {
     a.acc[pi * D + d] = o;
     if (d == 0) a.ml[pi] = make_float2(M, L);
   }
-  if (!single) merge_if_last<D>(a, g, r0, R);
+  if (single) publish_ready(a, g, r0, R);
+  else merge_if_last<D>(a, g, r0, R);
 }
 
 template <int D, typename KV>
 __global__ void __launch_bounds__(kThreads, 3) decode_split_kernel(const DecodeArgs a) {
   detail::pdl_wait();  // launched with launch_pdl: q, the cache and *n_kv come from earlier kernels
+  const int r0 = static_cast<int>(blockIdx.z) * a.rows_blk;
+  reset_ready(a, static_cast<int>(blockIdx.x), r0, min(a.rows_blk, a.rows - r0));
   detail::pdl_release();
   decode_block<D, KV>(a, blockIdx.z);
 }
@@ -448,10 +482,12 @@ __global__ void __launch_bounds__(kThreads, 3) decode_batch_kernel(const DecodeA
 struct DecodePlan {
   int rows = 0, row_groups = 0, rows_blk = 0, n_splits = 0;
 };
-DecodePlan plan(const AttentionParams& p, int sms, int64_t n_seqs = 1) {
+// row_blocks: a block per row (one sequence: the grouped heads' blocks read the same K / V, from
+// L2), else up to kRB rows a block. attention_decode_batch_max_seqs counts on the latter.
+DecodePlan plan(const AttentionParams& p, int sms, int64_t n_seqs, bool row_blocks) {
   DecodePlan d;
   d.rows = static_cast<int>(p.n_q * (p.n_heads / p.n_kv_heads));
-  d.row_groups = static_cast<int>(ceil_div(d.rows, kRB));
+  d.row_groups = static_cast<int>(row_blocks ? d.rows : ceil_div(d.rows, kRB));
   d.rows_blk = static_cast<int>(ceil_div(d.rows, d.row_groups));  // balanced groups
   const int64_t max_chunks = std::max<int64_t>(1, ceil_div(p.kv_capacity, kMinChunk));
   const int64_t want =
@@ -498,6 +534,8 @@ Status decode(const AttentionParams& p, const DecodeSeq* seqs, int64_t n_seqs, v
     return bad_arg(std::string(who) + ": n_q " + std::to_string(p.n_q) +
                    " exceeds kDecodeMaxQueries = " + std::to_string(kDecodeMaxQueries));
   if (p.n_kv == nullptr) return bad_arg(std::string(who) + ": null n_kv");
+  if (p.ready != nullptr && (seqs != nullptr || p.n_q != 1))
+    return bad_arg(std::string(who) + ": ready flags need one sequence and n_q = 1, got n_q " + std::to_string(p.n_q));
   if (p.n_q == 0 || n_seqs == 0) return Status::ok();
   if (work == nullptr || !aligned16(work))
     return bad_arg(std::string(who) + ": work must be a 16-byte aligned buffer");
@@ -506,7 +544,14 @@ Status decode(const AttentionParams& p, const DecodeSeq* seqs, int64_t n_seqs, v
                    " too large");
   const int sms = sm_count();
   if (sms <= 0) return Status(StatusCode::internal, std::string(who) + ": cannot read the device's SM count");
-  const DecodePlan d = plan(p, sms, n_seqs);
+  // One sequence over a cache of at most kRowBlockSlots slots runs a block per row: on an H200
+  // Llama-3-8B int4 decode (4 query heads a kv head) from an empty context ran 8.4% faster than
+  // with the 4 rows one after another in a block, but 1.9% slower after 2048 tokens (each row's
+  // block reads the K / V again; thirty-fourth session). The grid is fixed by the capacity (graph
+  // replays), so the capacity decides. LITHE_ATTN_ROW_BLOCKS (a benchmark knob): 0 never, 1 always.
+  static const int row_knob = env_knob("LITHE_ATTN_ROW_BLOCKS", -1);
+  const bool row_blocks = seqs == nullptr && (row_knob >= 0 ? row_knob == 1 : p.kv_capacity <= kRowBlockSlots);
+  const DecodePlan d = plan(p, sms, n_seqs, row_blocks);
   if (n_seqs < 0 || p.n_kv_heads * d.row_groups * n_seqs > static_cast<int64_t>(kDecodeCounterBytes / sizeof(unsigned)))
     return bad_arg(std::string(who) + ": " + std::to_string(n_seqs) + " sequences x n_kv_heads " +
                    std::to_string(p.n_kv_heads) + " x " + std::to_string(d.row_groups) + " row groups exceed the " +
@@ -537,6 +582,9 @@ Status decode(const AttentionParams& p, const DecodeSeq* seqs, int64_t n_seqs, v
   a.out = p.out;
   static const bool early_off = env_zero("LITHE_ATTN_EARLY_ISSUE");  // a benchmark knob: 0 reads *n_kv first
   a.early_issue = early_off || seqs != nullptr ? 0 : 1;
+  a.ready = p.ready;
+  static const int single_tiles = env_knob("LITHE_ATTN_SINGLE_TILES", kSingleTiles);  // a benchmark knob
+  a.single_tiles = single_tiles;
   const int hk = static_cast<int>(p.n_kv_heads);
   if (p.kv == KvType::f16)
     return p.head_dim == 64 ? launch_decode<64, __half>(a, d, hk, seqs, n_seqs, s)
@@ -553,7 +601,7 @@ size_t attention_decode_batch_work_bytes(const AttentionParams& p, int64_t n_seq
   if (p.n_q <= 0 || p.n_kv_heads <= 0 || p.n_heads <= 0 || p.head_dim <= 0 || p.n_heads % p.n_kv_heads != 0 ||
       n_seqs <= 0)
     return 0;
-  return kDecodeCounterBytes + static_cast<size_t>(n_seqs) * (work_bytes(p, plan(p, kMaxSms, n_seqs).n_splits) -
+  return kDecodeCounterBytes + static_cast<size_t>(n_seqs) * (work_bytes(p, plan(p, kMaxSms, n_seqs, false).n_splits) -
                                                               kDecodeCounterBytes);
 }
 

@@ -215,7 +215,7 @@ int64_t gemv_scratch_bytes(const GemvOut* outs, int n_outs, Epilogue e) {
 
 Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue e, void* scratch,
             int64_t scratch_bytes, Stream s, const MatvecNorm& norm, const MatvecRope* rope,
-            const GemvResidual* res) {
+            const GemvResidual* res, const GemvReady* ready) {
   using detail::bad_arg;
   std::string f = "gemv: ";
   if (outs == nullptr || n_outs < 1 || n_outs > 3)
@@ -278,6 +278,14 @@ Status gemv(const GemvOut* outs, int n_outs, const float* x, int64_t m, Epilogue
   }
   const GemvResidual r = res != nullptr ? *res : GemvResidual{};
   LITHE_TRY(check_residual(f, r, outs, n_outs, m, e, norm));
+  if (ready != nullptr && ready->flags != nullptr) {
+    if (m != 1 || ready->cols <= 0 || ready->cols > n_in || !aligned(ready->flags, 4))
+      return bad_arg(f + "GemvReady needs m = 1 and 0 < cols <= n_in " + std::to_string(n_in) + " (m = " +
+                     std::to_string(m) + ", cols = " + std::to_string(ready->cols) + ", flags " +
+                     ptr_str(ready->flags) + ")");
+    a.ready = ready->flags;
+    a.ready_cols = static_cast<int>(ready->cols);
+  }
   detail::DeviceFacts d;
   LITHE_TRY(detail::device_facts(d));
   Plan p = plan_of(outs, n_outs, e, d.sms);

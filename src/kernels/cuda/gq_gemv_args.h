@@ -90,6 +90,10 @@ struct Args {
   // the can_pass kernels, last so that the others' parameters keep their offsets).
   int pass;
   int runs;  // 1: static group runs where the range allows (gemv_kernel, M <= 4); 0: never
+  // GemvReady (cuda_gq.h): x's column blocks of ready_cols flagged by the producer; the blocks wait
+  // for their range's flags instead of griddepcontrol.wait. Null: griddepcontrol.wait.
+  const unsigned* ready;
+  int ready_cols;
 };
 
 // The launchers, one instantiation per bit width (2, 3, 4, 8) and for 2:4 sparse int4 (SP) each.

@@ -290,6 +290,16 @@ __device__ __forceinline__ void stage_x(const Args& a, const int32_t* perm, int 
   }
 }
 
+// GemvReady: waits until the producer has flagged every column block of x in [col0, col0 + span)
+// (acquire; the barrier passes that on to the whole block).
+__device__ __forceinline__ void wait_ready(const Args& a, int col0, int span) {
+  const int c1 = min(col0 + span, a.g.n_in);
+  const int f0 = col0 / a.ready_cols, nf = (c1 - 1) / a.ready_cols - f0 + 1;
+  for (int f = static_cast<int>(threadIdx.x); f < nf; f += kThreads)
+    while (detail::ld_acquire_gpu(a.ready + f0 + f) == 0) __nanosleep(64);
+  __syncthreads();
+}
+
 // ks > 1 with the item's blocks as one cluster (gemv_kernel's "Cluster sums"): part and ss_blk hold
 // this block's partial sums and x^2 sums. Block `rank` adds the ks blocks' values of its share of
 // the item's outputs o = i * kItemRows + row of the item, in rank (= ks) order, and finishes them.
@@ -382,7 +392,9 @@ __global__ void __launch_bounds__(kThreads, min_blocks_of(M, R)) gemv_kernel(con
       detail::cp_async4(gf + c, a.norm + (PERM ? __ldg(t.perm + col0 + c) : col0 + c), 4);
     detail::cp_async_commit();
   }
-  detail::pdl_wait();  // x, y and the scratch belong to the previous kernel until here
+  // x, y and the scratch belong to the previous kernel until here (or x's producer's flags: GemvReady).
+  if (a.ready != nullptr) wait_ready(a, col0, span);
+  else detail::pdl_wait();
 
   // GemvResidual fold: this block's share of y += acc_fold, acc_fold = 0 (its first element per
   // thread loaded here, stored after x is staged: the round trips overlap).

@@ -176,7 +176,7 @@ class CudaBackend final : public Backend {
     for (TopKSlot& s : b->topk_slots_)
       LITHE_TRY(check(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "cudaEventCreate"));
     for (Scratch* sc : {&b->blas_ws_, &b->x16_, &b->attn_ws_, &b->topk_, &b->keys_, &b->marlin_ws_,
-                        &b->w16_, &b->gemv_ws_, &b->resid_ws_})
+                        &b->w16_, &b->gemv_ws_, &b->resid_ws_, &b->ready_ws_})
       sc->steps = b->steps_.get();
     return std::unique_ptr<Backend>(std::move(b));
   }
@@ -255,12 +255,14 @@ class CudaBackend final : public Backend {
   // (matvec epilogue or GEMM beta = 1).
   Status linear_residual(const Tensor& w, const Tensor& x, int64_t m, Tensor& y, Tensor& scratch) override {
     (void)scratch;
+    return residual_into(w, x, m, y, nullptr);
+  }
+  // linear_residual; `ready` (x's producer's flags, the launch just before) where the sum is deferred.
+  Status residual_into(const Tensor& w, const Tensor& x, int64_t m, Tensor& y, const cuda::GemvReady* ready) {
     const Tensor* ws[] = {&w};
     Tensor* ys[] = {&y};
     LITHE_TRY(settle_if({&x}));
-    static const bool on = env_on("LITHE_GEMV_DEFER");
-    if (!on || m > cuda::kGemvResidualMaxRows || !gemv_fuses(ws, m, cuda::Epilogue::accumulate) ||
-        (pend_.acc >= 0 && (pend_.y != y.data() || pend_.n != m * y.dim(1)))) {
+    if (!defers(w, m, y)) {
       LITHE_TRY(settle_if({&y}));
       return project(ws, ys, x, m, cuda::Epilogue::accumulate);
     }
@@ -271,9 +273,16 @@ class CudaBackend final : public Backend {
     const int next = pend_.acc == 0 ? 1 : 0;
     r.add = residual_acc(next);
     r.fold = pend_.acc >= 0 ? residual_acc(pend_.acc) : nullptr;
-    LITHE_TRY(project(ws, ys, x, m, cuda::Epilogue::accumulate, nullptr, nullptr, &r));
+    LITHE_TRY(project(ws, ys, x, m, cuda::Epilogue::accumulate, nullptr, nullptr, &r, ready));
     pend_ = {next, y.data_as<float>(), n};
     return Status::ok();
+  }
+  // Whether linear_residual(w, .., m, y) defers its sums (deferred residual sums, below).
+  bool defers(const Tensor& w, int64_t m, const Tensor& y) const {
+    static const bool on = env_on("LITHE_GEMV_DEFER");
+    const Tensor* ws[] = {&w};
+    return on && m <= cuda::kGemvResidualMaxRows && gemv_fuses(ws, m, cuda::Epilogue::accumulate) &&
+           !(pend_.acc >= 0 && (pend_.y != y.data() || pend_.n != m * y.dim(1)));
   }
   Status swiglu(const Tensor& w_gate, const Tensor& w_up, const Tensor& x, int64_t m, Tensor& gate,
                 Tensor& up) override {
@@ -415,7 +424,8 @@ class CudaBackend final : public Backend {
   Status qkv_rope_attention(const InputNorm& norm, std::span<const Tensor* const> ws, const Tensor& x, int64_t m,
                             std::span<Tensor*> ys, KvCache& cache, int64_t layer, const int32_t* pos,
                             const int64_t* slots, const cpu::RopeTable& table, cpu::RopeStyle style,
-                            const AttentionShape& shape, Tensor& out) override {
+                            const AttentionShape& shape, Tensor& out, const OutProjection& o) override {
+    LITHE_TRY(check_out_projection(o));
     LITHE_TRY(settle_if(ys));
     LITHE_TRY(settle_if({&out}));
     static const bool on = env_on("LITHE_QKV_ROPE");
@@ -423,7 +433,19 @@ class CudaBackend final : public Backend {
                                                     cuda::kGemvItemRows % shape.head_dim == 0);
     if (!on || ws.size() != 3 || ys.size() != 3 || m > cuda::kDecodeMaxQueries || !fuses ||
         ys[1]->dim(1) != cache.kv_dim() || cache.k(layer).device() != Device::cuda || cache.keys_pre_rope())
-      return Backend::qkv_rope_attention(norm, ws, x, m, ys, cache, layer, pos, slots, table, style, shape, out);
+      return Backend::qkv_rope_attention(norm, ws, x, m, ys, cache, layer, pos, slots, table, style, shape, out, o);
+    // The output projection starts on each head as its attention lands (flags instead of the
+    // attention launch's end: GemvReady) where it runs as the deferred-sum GEMV right after the
+    // attention at m = 1; its accumulator is sized first, so that nothing launches in between.
+    // LITHE_ATTN_READY=0 (a benchmark knob) waits for the whole launch.
+    static const bool ready_on = env_on("LITHE_ATTN_READY");
+    const bool flag_heads = ready_on && o.w != nullptr && m == 1 && defers(*o.w, m, *o.residual);
+    unsigned* ready = nullptr;
+    if (flag_heads) {
+      LITHE_TRY(reserve_residual(m * o.w->packed()->n_out));
+      LITHE_ASSIGN(void* flags, ready_ws_.get(static_cast<size_t>(shape.n_heads) * sizeof(unsigned)));
+      ready = static_cast<unsigned*>(flags);
+    }
     LITHE_ASSIGN(const float* freq, rope_freqs(table));
     LITHE_ASSIGN(const void* dpos, steps_->stage(pos, static_cast<size_t>(m) * sizeof(int32_t)));
     LITHE_ASSIGN(const void* dslots, steps_->stage(slots, static_cast<size_t>(m) * sizeof(int64_t)));
@@ -441,7 +463,11 @@ class CudaBackend final : public Backend {
     LITHE_ASSIGN(r.pages, device_pages(cache));
     LITHE_ASSIGN(const cuda::GemvResidual res, read_residual(ws, x, m, cuda::Epilogue::rope_kv));
     LITHE_TRY(project(ws, ys, x, m, cuda::Epilogue::rope_kv, &norm, &r, &res));
-    return attend(cache, layer, *ys[0], *ys[1], *ys[2], m, pos, slots, shape, out, Prologue::none);
+    LITHE_TRY(attend(cache, layer, *ys[0], *ys[1], *ys[2], m, pos, slots, shape, out, Prologue::none, nullptr, nullptr,
+                     ready));
+    if (o.w == nullptr) return Status::ok();
+    const cuda::GemvReady gr{ready, shape.head_dim};
+    return residual_into(*o.w, out, m, *o.residual, ready != nullptr ? &gr : nullptr);
   }
 
 
@@ -551,7 +577,7 @@ class CudaBackend final : public Backend {
   // `res` (GemvResidual): for GEMV launches only (project_gq where gemv_fuses; checked here).
   Status project(std::span<const Tensor* const> ws, std::span<Tensor*> ys, const Tensor& x, int64_t m,
                  cuda::Epilogue e, const InputNorm* norm = nullptr, const cuda::MatvecRope* rope = nullptr,
-                 const cuda::GemvResidual* res = nullptr) {
+                 const cuda::GemvResidual* res = nullptr, const cuda::GemvReady* ready = nullptr) {
     const int64_t n_in = ws[0]->dim(1);
     LITHE_TRY(check_act(x, m, n_in, "linear input"));
     if (norm != nullptr) {
@@ -568,7 +594,8 @@ class CudaBackend final : public Backend {
     if (res != nullptr && (res->add != nullptr || res->in != nullptr) &&
         !(ws[0]->dtype() == DType::gq && gemv_fuses(ws, m, e)))
       return error(StatusCode::internal, "deferred residual sums reached a projection other than the GEMV");
-    if (ws[0]->dtype() == DType::gq) return project_gq(ws, ys, x, m, e, norm, rope, res);
+    if (ws[0]->dtype() == DType::gq) return project_gq(ws, ys, x, m, e, norm, rope, res, ready);
+    if (ready != nullptr) return error(StatusCode::internal, "attention's ready flags reached a projection other than the GEMV");
     LITHE_ASSIGN(cuda::WeightType wt, weight_type(*ws[0]));
     for (size_t j = 0; j < ws.size(); ++j) {
       LITHE_TRY(check_weight(*ws[j], "linear weight"));
@@ -598,7 +625,7 @@ class CudaBackend final : public Backend {
   // Marlin-class GEMM, or the GEMV kernel, or (GEMV layout, larger m) a dense f16 copy and cuBLAS.
   Status project_gq(std::span<const Tensor* const> ws, std::span<Tensor*> ys, const Tensor& x, int64_t m,
                     cuda::Epilogue e, const InputNorm* norm, const cuda::MatvecRope* rope,
-                    const cuda::GemvResidual* res) {
+                    const cuda::GemvResidual* res, const cuda::GemvReady* ready = nullptr) {
     if (gemv_fuses(ws, m, e)) {
       cuda::GemvOut outs[3];
       for (size_t j = 0; j < ws.size(); ++j) {
@@ -613,10 +640,10 @@ class CudaBackend final : public Backend {
       if (steps_->replaying()) return Status::ok();
       cuda::MatvecNorm mn;
       if (norm != nullptr) mn = {norm->weight->data_as<float>(), norm->eps};
-      return cuda::gemv(outs, n, x.data_as<float>(), m, e, scratch, bytes, stream_, mn, rope, res);
+      return cuda::gemv(outs, n, x.data_as<float>(), m, e, scratch, bytes, stream_, mn, rope, res, ready);
     }
-    if ((e != cuda::Epilogue::store && e != cuda::Epilogue::accumulate) || norm != nullptr)
-      return error(StatusCode::internal, "gq weights reached a fused epilogue or norm their kernel cannot run");
+    if ((e != cuda::Epilogue::store && e != cuda::Epilogue::accumulate) || norm != nullptr || ready != nullptr)
+      return error(StatusCode::internal, "gq weights reached a fused epilogue, norm or ready flags their kernel cannot run");
     const bool acc = e == cuda::Epilogue::accumulate;
     for (size_t j = 0; j < ws.size(); ++j) {
       const Tensor& w = *ws[j];
@@ -716,7 +743,8 @@ class CudaBackend final : public Backend {
   // attention_decode_batch over many sequences (rope_attention_batch).
   Status attend(KvCache& cache, int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, int64_t m,
                 const int32_t* q_pos, const int64_t* slots, const AttentionShape& shape, Tensor& out,
-                Prologue pro, const Rope* rot = nullptr, cuda::AttentionParams* batched = nullptr) {
+                Prologue pro, const Rope* rot = nullptr, cuda::AttentionParams* batched = nullptr,
+                unsigned* ready = nullptr) {
     const int64_t kv_dim = cache.kv_dim();
     LITHE_TRY(check_act(k, m, kv_dim, "attention k"));
     LITHE_TRY(check_act(v, m, kv_dim, "attention v"));
@@ -755,6 +783,7 @@ class CudaBackend final : public Backend {
     p.head_dim = shape.head_dim;
     p.scale = shape.scale;
     p.out = out.data_as<float>();
+    p.ready = m <= cuda::kDecodeMaxQueries && batched == nullptr ? ready : nullptr;
     cuda::RopeKeysArgs rk;  // store_pre_rope: the keys attention reads, and every slot's position
     if (pro == Prologue::store_pre_rope) {
       static_assert(KvCache::kNoPosition == cuda::kNoKvPosition);
@@ -911,6 +940,7 @@ class CudaBackend final : public Backend {
   cublasHandle_t blas_ = nullptr;
   std::unique_ptr<StepGraph> steps_;
   Scratch blas_ws_, x16_, attn_ws_, topk_, keys_;  // topk_: top_k / token_logprobs values and ids
+  Scratch ready_ws_;  // qkv_rope_attention: decode attention's per-head flags (AttentionParams::ready)
   struct TopKSlot {  // one launched top_k's results on the host
     PinnedHost host;
     cudaEvent_t done = nullptr;  // recorded after the copy into host

@@ -173,6 +173,11 @@ inline bool knob_off(const char* name) {
   const char* e = std::getenv(name);
   return e != nullptr && std::string_view(e) == "0";
 }
+// The integer the environment sets the benchmark knob `name` to, else `fallback`.
+inline int knob_int(const char* name, int fallback) {
+  const char* e = std::getenv(name);
+  return e != nullptr ? std::atoi(e) : fallback;
+}
 
 // With the environment variable `env` set, prints an FNV-1a hash of the bytes of y as
 // "[ TAG ] what m=M HASH", so that two builds or settings can be compared bit for bit

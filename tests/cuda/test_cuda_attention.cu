@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -408,8 +407,7 @@ TEST(CudaAttention, ScrambledPositionsAndBlindQueries) {
 TEST(CudaAttention, DecodeOfAShortContextSkipsTheMerge) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const bool single_on = !cuda_test::knob_off("LITHE_ATTN_SINGLE");
-  const char* st = std::getenv("LITHE_ATTN_SINGLE_TILES");
-  const int64_t tiles = st != nullptr ? std::atoi(st) : 2;
+  const int64_t tiles = cuda_test::knob_int("LITHE_ATTN_SINGLE_TILES", 2);  // (attention_decode.cu: kSingleTiles)
   struct S {
     int64_t nh, nkv, dim, n_q, tile;
   };

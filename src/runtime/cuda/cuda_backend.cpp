@@ -625,7 +625,7 @@ class CudaBackend final : public Backend {
   // Marlin-class GEMM, or the GEMV kernel, or (GEMV layout, larger m) a dense f16 copy and cuBLAS.
   Status project_gq(std::span<const Tensor* const> ws, std::span<Tensor*> ys, const Tensor& x, int64_t m,
                     cuda::Epilogue e, const InputNorm* norm, const cuda::MatvecRope* rope,
-                    const cuda::GemvResidual* res, const cuda::GemvReady* ready = nullptr) {
+                    const cuda::GemvResidual* res, const cuda::GemvReady* ready) {
     if (gemv_fuses(ws, m, e)) {
       cuda::GemvOut outs[3];
       for (size_t j = 0; j < ws.size(); ++j) {
@@ -783,7 +783,10 @@ class CudaBackend final : public Backend {
     p.head_dim = shape.head_dim;
     p.scale = shape.scale;
     p.out = out.data_as<float>();
-    p.ready = m <= cuda::kDecodeMaxQueries && batched == nullptr ? ready : nullptr;
+    // A flag the kernel would never set leaves o's GEMV waiting: only single-sequence decode sets them.
+    if (ready != nullptr && (m != 1 || batched != nullptr || pro == Prologue::store_pre_rope))
+      return error(StatusCode::internal, "attention ready flags asked for {} rows{}", m, batched ? " (batched)" : "");
+    p.ready = ready;
     cuda::RopeKeysArgs rk;  // store_pre_rope: the keys attention reads, and every slot's position
     if (pro == Prologue::store_pre_rope) {
       static_assert(KvCache::kNoPosition == cuda::kNoKvPosition);
